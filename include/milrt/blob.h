@@ -1,0 +1,45 @@
+// Blob storage (weight.bin) reading and writing.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "milrt/tensor.h"
+
+namespace milrt {
+
+// A read-only memory-mapped file. Empty files map to a zero-length buffer.
+std::shared_ptr<Buffer> map_file(const std::string& path);
+
+// Blob storage v2 dtype codes (weight.bin metadata `dtype`).
+int blob_dtype_code(DType t);                 // -1 if the dtype has no code
+bool blob_dtype_from_code(uint32_t code, DType* out);
+
+// Reads a tensor of `dtype` and `shape` from a mapped file at `offset`.
+// If a valid v2 metadata record (sentinel 0xDEADBEEF) sits at `offset`, its
+// dtype code must match `dtype` and its size must hold `shape`'s elements;
+// otherwise the bytes at `offset` are taken as a raw packed array. Sub-byte
+// types are unpacked LSB-first into one byte per element. Every offset and
+// size is bounds-checked; `what` names the value in errors.
+Tensor read_blob(const std::shared_ptr<Buffer>& file, uint64_t offset, DType dtype,
+                 const Shape& shape, const std::string& what);
+
+// Builds a blob storage v2 file in memory. add() returns the offset of the
+// blob's metadata record (what BLOBFILE offset= must say).
+class BlobWriter {
+ public:
+  BlobWriter();
+  uint64_t add(const Tensor& t);
+  const std::vector<uint8_t>& bytes() const { return bytes_; }
+  // Writes atomically (temp file, fsync, rename).
+  void write(const std::string& path) const;
+ private:
+  std::vector<uint8_t> bytes_;
+  uint32_t count_ = 0;
+};
+
+// Packs sub-byte values LSB-first (used by BlobWriter and tests).
+std::vector<uint8_t> pack_bits(const Tensor& t);
+
+}  // namespace milrt

@@ -1,0 +1,52 @@
+// Reading and writing MIL: text, bundles (.mlmodelc) and weight blobs.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "milrt/ir.h"
+
+namespace milrt {
+
+// Parses MIL text. `path` is used in error messages ("path:line:col: error:
+// ...") and `base_dir` is what "@model_path" resolves to. BLOBFILE literals
+// are recorded but not read; call load_blobs() to read them.
+Program parse_mil(const std::string& text, const std::string& path, const std::string& base_dir);
+
+// Prints a program as MIL text in the dialect of its version; parse_mil of the
+// result gives a program equal to the input (ir_diff == "").
+std::string print_mil(const Program& p);
+
+// Reads every BLOBFILE literal of the program: blob storage v2 files (header,
+// 0xDEADBEEF metadata records) or raw arrays (the first seed's tests). Files
+// are memory-mapped; every offset and size is checked before use.
+void load_blobs(Program& p);
+
+// Loads a model: a `Name.mlmodelc` directory (model.mil + weights/) or a bare
+// `.mil` file whose blob paths resolve relative to its directory. Parses and
+// loads blobs; does not verify (see verify()).
+Program load_model(const std::string& path);
+
+// Verifies every function: known ops, required inputs present, input types
+// admissible, outputs' types equal to what shape inference gives. Throws
+// milrt::Error naming the op, its position and the mismatch. Returns notes
+// (non-fatal remarks, e.g. the first seed's size-1 layout idioms that were
+// accepted) one per line.
+std::vector<std::string> verify(const Program& p);
+
+}  // namespace milrt
+
+namespace milrt {
+
+// Accepts the first seed's Neural Engine idioms: an op whose operands or
+// declared result only fit the shape rules after moving size-1 dims (e.g.
+// matmul of a [1, C, 1, 1] activation by a [N, C] weight declared [1, 1, 1, N])
+// gets explicit reshapes around it, so the program becomes well-typed MIL.
+// Returns one note per rewritten op; anything else is left for verify().
+std::vector<std::string> legalize_layout_idioms(Program& p);
+
+// Writes a program as a bundle directory: DIR/model.mil and, when it has
+// tensor literals of more than `inline_limit` elements, DIR/weights/weight.bin
+// (blob storage v2) with BLOBFILE references to it. Files are written atomically.
+void save_model(const Program& p, const std::string& dir, int64_t inline_limit = 16);
+
+}  // namespace milrt

@@ -1,0 +1,23 @@
+// The reference executor: a plain interpreter of the IR, the oracle that every
+// faster path is tested against.
+#pragma once
+#include <map>
+#include <string>
+
+#include "milrt/ir.h"
+
+namespace milrt {
+
+using TensorMap = std::map<std::string, Tensor>;
+
+// Runs function `fn` of a loaded program on named inputs. Inputs must match
+// the declared dtypes and shapes ('?' dims take the given size); returns the
+// function's outputs by name. Throws milrt::Error on any mismatch, naming the
+// op and its source position.
+TensorMap run_reference(const Program& p, const std::string& fn, const TensorMap& inputs);
+
+// The same, also returning every intermediate value by name (for debugging
+// and differential tests).
+TensorMap run_reference_all(const Program& p, const std::string& fn, const TensorMap& inputs);
+
+}  // namespace milrt

@@ -1,0 +1,33 @@
+// Type inference over whole functions, shared by the verifier and by passes.
+#pragma once
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "milrt/ir.h"
+
+namespace milrt {
+
+// What is known about a value at compile time: its type and, for constants,
+// its value (nullptr otherwise).
+struct ValueInfo {
+  Type type;
+  const Tensor* value = nullptr;
+};
+using ValueTable = std::unordered_map<std::string, ValueInfo>;
+
+// Runs the op's schema on the given value table: checks input names and
+// presence, then returns the inferred output types. Throws Error at the op.
+std::vector<Type> infer_op(const Op& op, const ValueTable& values);
+
+// Does an inferred type admit a declared one? (-1 dims on either side match.)
+bool type_admits(const Type& inferred, const Type& declared);
+
+// Adds the op's outputs to the table with their declared types (constants
+// keep their values).
+void define_outputs(const Op& op, ValueTable& values);
+
+// The table of a function's parameters.
+ValueTable param_table(const Function& f);
+
+}  // namespace milrt

@@ -1,0 +1,108 @@
+// The reference executor's main loop: ops in program order, one value map.
+#include <unordered_map>
+
+#include "milrt/error.h"
+#include "milrt/reference.h"
+#include "reference/ref_ops.h"
+
+namespace milrt {
+namespace {
+
+[[noreturn]] void fail_op(const Op& op, const std::string& msg) {
+  std::string where = op.loc.str();
+  std::string who = op.type + (op.outputs.empty() ? "" : " '" + op.outputs[0].name + "'");
+  throw Error((where.empty() ? "" : where + ": ") + "error: " + who + ": " + msg);
+}
+
+bool shape_admits(const Shape& declared, const Shape& actual) {
+  if (declared.size() != actual.size()) return false;
+  for (size_t i = 0; i < declared.size(); ++i)
+    if (declared[i] >= 0 && declared[i] != actual[i]) return false;
+  return true;
+}
+
+using Env = std::unordered_map<std::string, Tensor>;
+
+void gather(const Op& op, const Arg& a, const Env& env, std::vector<Tensor>& out) {
+  switch (a.kind) {
+    case Arg::Kind::Var: {
+      auto it = env.find(a.var);
+      if (it == env.end()) fail_op(op, "uses undefined value '" + a.var + "'");
+      out.push_back(it->second);
+      return;
+    }
+    case Arg::Kind::Const:
+      if (a.lit->value.empty() && a.lit->type.is_tensor())
+        fail_op(op, "blob literal was not loaded (call load_blobs)");
+      out.push_back(a.lit->value);
+      return;
+    case Arg::Kind::Tuple:
+      for (auto& e : a.elems) gather(op, e, env, out);
+      return;
+  }
+}
+
+Env run(const Program& p, const std::string& fn_name, const TensorMap& inputs) {
+  const Function* f = p.function(fn_name);
+  if (!f) throw Error(p.path + ": error: no function '" + fn_name + "'");
+  Env env;
+  for (auto& [name, t] : inputs)
+    if (!f->param(name)) throw Error("error: function '" + fn_name + "' has no input '" + name + "'");
+  for (auto& prm : f->params) {
+    auto it = inputs.find(prm.name);
+    if (it == inputs.end()) throw Error("error: missing input '" + prm.name + "'");
+    const Type& ty = prm.type.kind == Type::Kind::State ? prm.type.elems[0] : prm.type;
+    if (!shape_admits(ty.shape, it->second.shape()))
+      throw Error("error: input '" + prm.name + "' has shape " + shape_str(it->second.shape()) +
+                  " but the function declares " + shape_str(ty.shape));
+    if (it->second.dtype() == DType::String || ty.dtype == DType::String)
+      throw Error("error: input '" + prm.name + "': string inputs are not supported");
+    env[prm.name] = it->second.cast(ty.dtype);
+  }
+  for (auto& op : f->ops) {
+    ref::RefFn fn = ref::find_ref(op.type);
+    if (!fn) fail_op(op, "the reference executor has no implementation of '" + op.type + "'");
+    std::vector<std::pair<std::string, std::vector<Tensor>>> ins;
+    for (auto& in : op.inputs) {
+      std::vector<Tensor> vals;
+      gather(op, in.arg, env, vals);
+      ins.emplace_back(in.key, std::move(vals));
+    }
+    ref::RefCtx ctx(op, std::move(ins));
+    fn(ctx);
+    auto& results = ctx.results();
+    if (results.size() != op.outputs.size())
+      fail_op(op, "produced " + std::to_string(results.size()) + " results for " +
+                      std::to_string(op.outputs.size()) + " declared outputs");
+    for (size_t i = 0; i < results.size(); ++i) {
+      const Output& o = op.outputs[i];
+      Tensor& r = results[i];
+      if (r.dtype() != o.type.dtype) fail_op(op, "produced " + std::string(dtype_name(r.dtype())) +
+                                                      " for output '" + o.name + "' declared " + o.type.str());
+      if (!shape_admits(o.type.shape, r.shape()))
+        fail_op(op, "produced shape " + shape_str(r.shape()) + " for output '" + o.name + "' declared " +
+                        o.type.str());
+      env[o.name] = std::move(r);
+    }
+  }
+  return env;
+}
+}  // namespace
+
+TensorMap run_reference(const Program& p, const std::string& fn, const TensorMap& inputs) {
+  Env env = run(p, fn, inputs);
+  TensorMap out;
+  for (auto& name : p.function(fn)->outputs) {
+    auto it = env.find(name);
+    if (it == env.end()) throw Error("error: function '" + fn + "' returns undefined value '" + name + "'");
+    out[name] = it->second;
+  }
+  return out;
+}
+
+TensorMap run_reference_all(const Program& p, const std::string& fn, const TensorMap& inputs) {
+  Env env = run(p, fn, inputs);
+  return TensorMap(env.begin(), env.end());
+}
+
+}  // namespace milrt

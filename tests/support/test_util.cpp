@@ -1,0 +1,59 @@
+#include "support/test_util.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+
+namespace milrt::test {
+
+TensorMap run_program(const std::string& text, const TensorMap& inputs, const std::string& base_dir) {
+  Program p = parse_mil(text, "<test>", base_dir);
+  load_blobs(p);
+  legalize_layout_idioms(p);
+  verify(p);
+  return run_reference(p, "main", inputs);
+}
+
+TensorMap run_body(const std::string& params, const std::string& body, const std::string& outs,
+                   const TensorMap& inputs) {
+  std::string text = "program(1.3)\n{\n  func main<ios18>(" + params + ") {\n" + body + "\n  } -> (" +
+                     outs + ");\n}\n";
+  return run_program(text, inputs);
+}
+
+Tensor make(DType dtype, Shape shape, const std::vector<double>& v) {
+  Tensor t(dtype, std::move(shape));
+  if (int64_t(v.size()) != t.numel()) throw Error("make(): value count does not match shape");
+  for (size_t i = 0; i < v.size(); ++i) t.set(i, v[i]);
+  return t;
+}
+
+std::vector<double> values(const Tensor& t) {
+  std::vector<double> r(size_t(t.numel()));
+  for (size_t i = 0; i < r.size(); ++i) r[i] = t.at(i);
+  return r;
+}
+
+std::string shared_dir() {
+  const char* env = std::getenv("MILRT_SHARED_DIR");
+  std::filesystem::path p = env ? std::filesystem::path(env)
+                                 : std::filesystem::path(MILRT_SOURCE_DIR) / ".." / "shared";
+  if (std::filesystem::exists(p / "testdata")) return std::filesystem::canonical(p).string();
+  return "";
+}
+
+std::string temp_dir(const std::string& tag) {
+  static std::vector<std::string> made;
+  static struct Cleanup {
+    ~Cleanup() { for (auto& d : made) std::filesystem::remove_all(d); }
+  } cleanup;
+  auto base = std::filesystem::temp_directory_path() /
+              ("milrt_" + tag + "_" + std::to_string(getpid()) + "_" + std::to_string(made.size()));
+  std::filesystem::remove_all(base);
+  std::filesystem::create_directories(base);
+  made.push_back(base.string());
+  return base.string();
+}
+
+}  // namespace milrt::test

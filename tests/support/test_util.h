@@ -1,0 +1,44 @@
+// Helpers shared by the tests: running MIL text on the reference executor,
+// locating ../shared test data, and building tensors from literals.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "milrt/error.h"
+#include "milrt/ir.h"
+#include "milrt/mil.h"
+#include "milrt/reference.h"
+#include "milrt/tensor.h"
+
+namespace milrt::test {
+
+// Parses a whole program from text (blob paths relative to `base_dir`),
+// verifies it and runs function "main" on the reference executor.
+TensorMap run_program(const std::string& text, const TensorMap& inputs,
+                      const std::string& base_dir = ".");
+
+// Wraps op statements in `program(1.3) { func main<ios18>(PARAMS) { BODY } -> (OUTS); }`
+// and runs it. `params` is the parameter list text, e.g. "tensor<fp32, [2, 3]> x".
+TensorMap run_body(const std::string& params, const std::string& body, const std::string& outs,
+                   const TensorMap& inputs);
+
+// A tensor of `dtype` and `shape` holding `values` (rounded to dtype).
+Tensor make(DType dtype, Shape shape, const std::vector<double>& values);
+// All elements of a tensor as doubles.
+std::vector<double> values(const Tensor& t);
+
+// The shared/ folder beside the repository, or "" when absent (a user's clone).
+std::string shared_dir();
+// Skips the current test with a visible message when ../shared is absent.
+#define MILRT_REQUIRE_SHARED()                                                        \
+  do {                                                                                \
+    if (::milrt::test::shared_dir().empty())                                          \
+      GTEST_SKIP() << "../shared is absent (a user's clone): test data unavailable";  \
+  } while (0)
+
+// A fresh empty temporary directory, removed at process exit.
+std::string temp_dir(const std::string& tag);
+
+}  // namespace milrt::test

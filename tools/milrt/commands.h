@@ -1,0 +1,9 @@
+// Subcommands of the milrt CLI; each adds itself to the app and runs from its callback.
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace milrt::cli {
+void add_check(CLI::App& app);   // milrt check MODEL
+void add_run(CLI::App& app);     // milrt run MODEL --input NAME=FILE.npy ...
+void add_print(CLI::App& app);   // milrt print MODEL
+}  // namespace milrt::cli
