@@ -1,4 +1,5 @@
 // The MIL text front end: both dialects, literals, round trips, error positions.
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -6,6 +7,8 @@
 
 namespace milrt {
 namespace {
+using test::shared_dir;
+using test::values;
 
 Program parse(const std::string& text) { return parse_mil(text, "t.mil", "."); }
 
@@ -138,7 +141,7 @@ TEST(Parser, ErrorsCarryLineAndColumn) {
       {"program(1.3)\n{\n  func main<ios18>(tensor<fp32, [2]> x) {\n    tensor<fp32, [2]> y = relu(x = x)\n  } -> (y);\n}",
        "t.mil:5:3", "expected ';'"},
       {"program(1.3)\n{\n  func main<ios99>() {\n  } -> ();\n}", "t.mil:3:13", "unknown opset"},
-      {"program(1.3)\n{\n  func main<ios18>(tensor<fp99, [2]> x) {\n  } -> (x);\n}", "t.mil:3:26", "unknown dtype"},
+      {"program(1.3)\n{\n  func main<ios18>(tensor<fp99, [2]> x) {\n  } -> (x);\n}", "t.mil:3:27", "unknown dtype"},
       {"program(1.3)\n{\n  func main<ios18>() {\n    tensor<fp32, [3]> k = const()[val = tensor<fp32, [3]>([1, 2])];\n  } -> (k);\n}",
        "t.mil:4:41", "2 values along dim 0"},
       {"program(1.3)\n{\n  func main<ios18>() {\n    string s = const()[val = string(\"abc)];\n  } -> (s);\n}",
@@ -146,7 +149,7 @@ TEST(Parser, ErrorsCarryLineAndColumn) {
       {"program(1.3)\n{\n  func main<ios18>() {\n    int8 s = const()[val = int8(300)];\n  } -> (s);\n}",
        "t.mil:4:28", "not a valid int8"},
       {"program(1.3)\n{\n  func main<ios18>() {\n    int32 s = const()[val = int32(1.5x)];\n  } -> (s);\n}",
-       "t.mil:4:39", "expected ')'"},
+       "t.mil:4:38", "expected ')'"},
       {"program(1.3)\n{\n  func main<ios18>(tensor<fp32, [2]> x) {\n  } -> (x)\n}", "t.mil:5:1", "expected ';'"},
       {"program(1.3)\n{\n  func main<ios18>(tensor<fp32, [2]> x) {\n  }\n}", "t.mil:5:1", "expected '->'"},
       {"program(1.3) $", "t.mil:1:14", "unexpected character"},

@@ -78,7 +78,7 @@ std::vector<Value> FunctionBuilder::op_n(const std::string& type, const std::vec
   op.name = outs.empty() ? type : outs[0];
   for (auto& [k, v] : inputs) op.inputs.push_back({k, v.arg, false});
   for (auto& o : outs) op.outputs.push_back({o, Type{}});
-  std::vector<Type> types = infer_op(op, table(values_));
+  std::vector<Type> types = infer_op(op, table(values_), fn_.opset);
   std::vector<Value> result;
   for (size_t i = 0; i < outs.size(); ++i) {
     if (types[i].has_unknown_dims())

@@ -25,10 +25,14 @@ struct InferInput {
 
 class InferCtx {
  public:
-  InferCtx(const Op& op, std::vector<std::pair<std::string, InferInput>> inputs)
-      : op_(op), inputs_(std::move(inputs)) {}
+  InferCtx(const Op& op, std::vector<std::pair<std::string, InferInput>> inputs, std::string opset = "ios18")
+      : op_(op), inputs_(std::move(inputs)), opset_(std::move(opset)) {}
 
   const Op& op() const { return op_; }
+  // The function's opset ("ios15" ... "ios18"): some rules differ between versions.
+  const std::string& opset() const { return opset_; }
+  // Is the opset at least `v` (e.g. "ios17")? The names compare in version order.
+  bool opset_at_least(const std::string& v) const { return opset_ >= v; }
   bool has(const std::string& key) const { return find(key) != nullptr; }
   const InferInput& input(const std::string& key) const;      // fails if absent
   const Type& type(const std::string& key) const { return input(key).type; }
@@ -60,6 +64,7 @@ class InferCtx {
   const InferInput* find(const std::string& key) const;
   const Op& op_;
   std::vector<std::pair<std::string, InferInput>> inputs_;
+  std::string opset_;
 };
 
 struct InputSpec {

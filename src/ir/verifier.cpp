@@ -38,7 +38,7 @@ InferInput infer_input(const Op& op, const Arg& a, const ValueTable& values) {
 }
 }  // namespace
 
-std::vector<Type> infer_op(const Op& op, const ValueTable& values) {
+std::vector<Type> infer_op(const Op& op, const ValueTable& values, const std::string& opset) {
   const OpSchema* s = find_schema(op.type);
   if (!s) fail_op(op, "unknown op '" + op.type + "' (see `milrt check --ops` for the supported set)");
   std::set<std::string> known;
@@ -54,7 +54,7 @@ std::vector<Type> infer_op(const Op& op, const ValueTable& values) {
                                                             std::to_string(s->max_outputs)));
   std::vector<std::pair<std::string, InferInput>> inputs;
   for (auto& in : op.inputs) inputs.emplace_back(in.key, infer_input(op, in.arg, values));
-  InferCtx ctx(op, std::move(inputs));
+  InferCtx ctx(op, std::move(inputs), opset);
   s->infer(ctx);
   if (ctx.out.size() < op.outputs.size()) fail_op(op, "internal: inference produced too few outputs");
   ctx.out.resize(op.outputs.size());
@@ -109,7 +109,7 @@ std::vector<std::string> verify(const Program& p) {
     for (auto& op : f.ops) {
       for (auto& o : op.outputs)
         if (!seen.insert(o.name).second) fail_op(op, "redefines value '" + o.name + "'");
-      std::vector<Type> inferred = infer_op(op, values);
+      std::vector<Type> inferred = infer_op(op, values, f.opset);
       for (size_t i = 0; i < op.outputs.size(); ++i)
         if (!type_admits(inferred[i], op.outputs[i].type))
           fail_op(op, "output '" + op.outputs[i].name + "' is declared " + op.outputs[i].type.str() +

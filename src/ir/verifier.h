@@ -18,7 +18,7 @@ using ValueTable = std::unordered_map<std::string, ValueInfo>;
 
 // Runs the op's schema on the given value table: checks input names and
 // presence, then returns the inferred output types. Throws Error at the op.
-std::vector<Type> infer_op(const Op& op, const ValueTable& values);
+std::vector<Type> infer_op(const Op& op, const ValueTable& values, const std::string& opset);
 
 // Does an inferred type admit a declared one? (-1 dims on either side match.)
 bool type_admits(const Type& inferred, const Type& declared);

@@ -40,9 +40,9 @@ std::vector<Shape> candidates(const Shape& s) {
   return c;
 }
 
-std::optional<std::vector<Type>> try_infer(const Op& op, const ValueTable& values) {
+std::optional<std::vector<Type>> try_infer(const Op& op, const ValueTable& values, const std::string& opset) {
   try {
-    return infer_op(op, values);
+    return infer_op(op, values, opset);
   } catch (const Error&) {
     return std::nullopt;
   }
@@ -73,7 +73,7 @@ Op make_reshape(const std::string& in, const std::string& out, const Type& out_t
 }
 
 // Rewrites one op if a size-1 reinterpretation fits; appends the resulting ops.
-bool legalize_op(const Op& op, const ValueTable& values, std::vector<Op>& out, std::vector<std::string>& notes) {
+bool legalize_op(const Op& op, const ValueTable& values, const std::string& opset, std::vector<Op>& out, std::vector<std::string>& notes) {
   // Var operands that are tensors with a known shape can be reinterpreted.
   std::vector<const Input*> movable;
   for (auto& in : op.inputs) {
@@ -95,7 +95,7 @@ bool legalize_op(const Op& op, const ValueTable& values, std::vector<Op>& out, s
     }
     ValueTable trial = values;
     for (size_t i = 0; i < movable.size(); ++i) trial[movable[i]->arg.var].type.shape = options[i][pick[i]];
-    auto inferred = try_infer(op, trial);
+    auto inferred = try_infer(op, trial, opset);
     if (!inferred || !fits(*inferred, op, false)) return false;
     // Found: reshape operands, run the op at the inferred shapes, reshape results.
     Op core = op;
@@ -136,12 +136,12 @@ std::vector<std::string> legalize_layout_idioms(Program& p) {
     ValueTable values = param_table(f);
     std::vector<Op> ops;
     for (auto& op : f.ops) {
-      auto inferred = try_infer(op, values);
+      auto inferred = try_infer(op, values, f.opset);
       if (inferred && fits(*inferred, op, true)) {
         ops.push_back(op);
       } else {
         std::vector<Op> replaced;
-        if (legalize_op(op, values, replaced, notes)) {
+        if (legalize_op(op, values, f.opset, replaced, notes)) {
           for (auto& r : replaced) {
             define_outputs(r, values);
             ops.push_back(std::move(r));

@@ -23,16 +23,49 @@ void summarize(const std::string& name, const Tensor& t) {
   std::printf("%s: %s %s min %.6g max %.6g mean %.6g\n", name.c_str(), shape_str(t.shape()).c_str(),
               std::string(dtype_name(t.dtype())).c_str(), lo, hi, mean);
 }
+TensorMap read_named_npys(const std::vector<std::string>& specs, const char* flag) {
+  TensorMap r;
+  for (auto& spec : specs) {
+    auto eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw Error(std::string("error: ") + flag + " expects NAME=FILE.npy, got '" + spec + "'");
+    r[spec.substr(0, eq)] = read_npy(spec.substr(eq + 1));
+  }
+  return r;
+}
+
+// Prints the largest absolute and relative differences; false if over tolerance.
+bool compare(const std::string& name, const Tensor& got, const Tensor& want, double tolerance) {
+  if (got.shape() != want.shape())
+    throw Error("error: --compare " + name + ": shape " + shape_str(want.shape()) + " differs from the output's " +
+                shape_str(got.shape()));
+  double max_abs = 0, max_rel = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    double a = got.at(size_t(i)), b = want.at(size_t(i));
+    double d = std::fabs(a - b);
+    if (std::isnan(a) != std::isnan(b)) d = INFINITY;
+    max_abs = std::max(max_abs, d);
+    max_rel = std::max(max_rel, d / std::max(std::fabs(b), 1e-30));
+  }
+  bool ok = tolerance < 0 || max_abs <= tolerance;
+  std::printf("compare %s: max |diff| %.6g, max rel diff %.6g over %lld elements%s\n", name.c_str(), max_abs,
+              max_rel, static_cast<long long>(got.numel()),
+              tolerance < 0 ? "" : (ok ? " (within tolerance)" : " (EXCEEDS tolerance)"));
+  return ok;
+}
 }  // namespace
 
 void add_run(CLI::App& app) {
   auto* cmd = app.add_subcommand("run", "Run a model on .npy inputs");
   static std::string model, function = "main", out_dir, engine = "reference";
-  static std::vector<std::string> inputs;
+  static std::vector<std::string> inputs, compares;
+  static double tolerance = -1;
   cmd->add_option("model", model, "a .mlmodelc directory or a .mil file")->required();
   cmd->add_option("--function", function, "function to run (default main)");
   cmd->add_option("--input", inputs, "NAME=FILE.npy, once per function input");
   cmd->add_option("--output-dir", out_dir, "write each output as DIR/NAME.npy");
+  cmd->add_option("--compare", compares, "NAME=FILE.npy: report the largest difference of output NAME from FILE");
+  cmd->add_option("--tolerance", tolerance, "with --compare: exit 1 if any |difference| exceeds this");
   cmd->add_option("--engine", engine, "execution engine")->check(CLI::IsMember({"reference"}));
   cmd->callback([] {
     Program p = load_model(model);
@@ -40,12 +73,8 @@ void add_run(CLI::App& app) {
     verify(p);
     const Function* f = p.function(function);
     if (!f) throw Error(model + ": error: no function '" + function + "'");
-    TensorMap in;
-    for (auto& spec : inputs) {
-      auto eq = spec.find('=');
-      if (eq == std::string::npos || eq == 0) throw Error("error: --input expects NAME=FILE.npy, got '" + spec + "'");
-      in[spec.substr(0, eq)] = read_npy(spec.substr(eq + 1));
-    }
+    TensorMap in = read_named_npys(inputs, "--input");
+    TensorMap expected = read_named_npys(compares, "--compare");
     for (auto& prm : f->params)
       if (!in.count(prm.name))
         throw Error("error: missing --input " + prm.name + "=FILE.npy (" + prm.type.str() + ")");
@@ -55,6 +84,12 @@ void add_run(CLI::App& app) {
       summarize(name, out.at(name));
       if (!out_dir.empty()) write_npy((std::filesystem::path(out_dir) / (name + ".npy")).string(), out.at(name));
     }
+    bool within = true;
+    for (auto& [name, want] : expected) {
+      if (!out.count(name)) throw Error("error: --compare names '" + name + "', which is not an output");
+      within &= compare(name, out.at(name), want, tolerance);
+    }
+    if (!within) throw CLI::RuntimeError(1);
   });
 }
 

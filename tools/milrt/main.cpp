@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
   milrt::cli::add_print(app);
   try {
     app.parse(argc, argv);
+  } catch (const CLI::RuntimeError& e) {  // a command's own verdict, e.g. --tolerance exceeded
+    return e.get_exit_code();
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   } catch (const milrt::Error& e) {
