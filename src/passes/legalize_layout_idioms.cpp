@@ -8,6 +8,13 @@
 // that make inference give the declared result up to the same freedom. When
 // one is found, explicit reshapes are inserted around the op, so every later
 // stage sees ordinary MIL. Anything else is left untouched for verify().
+//
+// Several reinterpretations can fit (an outer product written as
+// matmul(a^T, b) of two channel vectors also fits transposed), so the search
+// order is part of the meaning: operands are tried as written first, then
+// squeezed, then as a row, then as a column, the first operand keeping its
+// written shape longest; the first fit wins. This order reproduces the
+// seed's intended math, which tests/test_seed_graph.cpp checks value by value.
 #include <algorithm>
 #include <functional>
 
