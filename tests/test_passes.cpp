@@ -142,3 +142,16 @@ TEST(SaveModel, WritesBundleThatLoadsBackIdentically) {
 
 }  // namespace
 }  // namespace milrt
+
+namespace milrt {
+namespace {
+TEST(LegalizeLayoutIdioms, NeverReinterpretsRankDependentOps) {
+  // rms_norm of a rank-4 [1, 4, 1, 3] normalizes over C = 4; a [3] weight does
+  // not fit. Squeezing to [4, 3] would make it "fit" over the wrong axis.
+  Program p = parse("    tensor<fp32, [1, 4, 1, 3]> y = rms_norm(x = x, w = w)[name = string(\"y\")];",
+                    "tensor<fp32, [1, 4, 1, 3]> x, tensor<fp32, [3]> w");
+  EXPECT_TRUE(legalize_layout_idioms(p).empty());
+  EXPECT_NE(verify_error(p).find("rms_norm 'y'"), std::string::npos);
+}
+}  // namespace
+}  // namespace milrt

@@ -17,6 +17,7 @@
 // seed's intended math, which tests/test_seed_graph.cpp checks value by value.
 #include <algorithm>
 #include <functional>
+#include <set>
 
 #include "ir/verifier.h"
 #include "milrt/error.h"
@@ -24,6 +25,17 @@
 
 namespace milrt {
 namespace {
+
+// Ops whose meaning survives moving size-1 dims: matmul and elementwise ops.
+// Ops whose axis depends on rank or layout (rms_norm, softmax, reductions,
+// conv, ...) are never reinterpreted: a reshape would change what they compute.
+bool layout_agnostic(const std::string& type) {
+  static const std::set<std::string> ops = {
+      "matmul", "add", "sub", "mul", "real_div", "pow", "maximum", "minimum",
+      "sigmoid", "tanh", "relu", "silu", "exp", "sqrt", "rsqrt", "square", "abs", "neg", "inverse",
+      "gelu", "erf", "sin", "cos", "log"};
+  return ops.count(type) > 0;
+}
 
 Shape squeezed(const Shape& s) {
   Shape r;
@@ -148,7 +160,7 @@ std::vector<std::string> legalize_layout_idioms(Program& p) {
         ops.push_back(op);
       } else {
         std::vector<Op> replaced;
-        if (legalize_op(op, values, f.opset, replaced, notes)) {
+        if (layout_agnostic(op.type) && legalize_op(op, values, f.opset, replaced, notes)) {
           for (auto& r : replaced) {
             define_outputs(r, values);
             ops.push_back(std::move(r));
