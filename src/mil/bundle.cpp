@@ -47,7 +47,7 @@ class BlobLoader {
     if (a.kind != Arg::Kind::Const || a.lit->blob_path.empty() || !a.lit->value.empty()) return;
     Literal lit = *a.lit;
     std::string file = resolve_blob_path(p_, lit.blob_path);
-    std::string what = op.loc.str() + ": " + op.type + " input '" + key + "' (" + file + ")";
+    std::string what = op.type + " input '" + key + "' (" + file + ")";
     auto it = files_.find(file);
     if (it == files_.end()) {
       std::shared_ptr<Buffer> buf;
