@@ -10,16 +10,19 @@ namespace milrt::test {
 TensorMap run_program(const std::string& text, const TensorMap& inputs, const std::string& base_dir) {
   Program p = parse_mil(text, "<test>", base_dir);
   load_blobs(p);
-  legalize_layout_idioms(p);
   verify(p);
   return run_reference(p, "main", inputs);
 }
 
+std::string program_text(const std::string& params, const std::string& body, const std::string& outs,
+                         const std::string& opset) {
+  return "program(1.3)\n{\n  func main<" + opset + ">(" + params + ") {\n" + body + "\n  } -> (" + outs +
+         ");\n}\n";
+}
+
 TensorMap run_body(const std::string& params, const std::string& body, const std::string& outs,
                    const TensorMap& inputs) {
-  std::string text = "program(1.3)\n{\n  func main<ios18>(" + params + ") {\n" + body + "\n  } -> (" +
-                     outs + ");\n}\n";
-  return run_program(text, inputs);
+  return run_program(program_text(params, body, outs), inputs);
 }
 
 Tensor make(DType dtype, Shape shape, const std::vector<double>& v) {

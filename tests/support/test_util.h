@@ -15,12 +15,18 @@
 namespace milrt::test {
 
 // Parses a whole program from text (blob paths relative to `base_dir`),
-// verifies it and runs function "main" on the reference executor.
+// verifies it strictly (no layout-idiom legalization: tests of op families
+// must see the shape rules as written) and runs function "main" on the
+// reference executor.
 TensorMap run_program(const std::string& text, const TensorMap& inputs,
                       const std::string& base_dir = ".");
 
-// Wraps op statements in `program(1.3) { func main<ios18>(PARAMS) { BODY } -> (OUTS); }`
-// and runs it. `params` is the parameter list text, e.g. "tensor<fp32, [2, 3]> x".
+// `program(1.3) { func main<OPSET>(PARAMS) { BODY } -> (OUTS); }`, where
+// `params` is the parameter list text, e.g. "tensor<fp32, [2, 3]> x".
+std::string program_text(const std::string& params, const std::string& body, const std::string& outs,
+                         const std::string& opset = "ios18");
+
+// Runs program_text(params, body, outs) with run_program.
 TensorMap run_body(const std::string& params, const std::string& body, const std::string& outs,
                    const TensorMap& inputs);
 
