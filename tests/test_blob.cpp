@@ -243,7 +243,7 @@ TEST(Blob, MapFileErrorsNameThePath) {
     map_file(dir + "/missing.bin");
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(dir + "/missing.bin: cannot open"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(dir + "/missing.bin: error: cannot open"), std::string::npos) << e.what();
   }
   try {
     map_file(dir);

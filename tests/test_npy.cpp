@@ -172,7 +172,7 @@ TEST(Npy, ReadNpyNamesThePathOfMissingAndBadFiles) {
     read_npy(dir + "/bad.npy");
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(dir + "/bad.npy: not a .npy file"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(dir + "/bad.npy: error: not a .npy file"), std::string::npos) << e.what();
   }
 }
 

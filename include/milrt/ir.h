@@ -109,6 +109,9 @@ struct Op {
   void erase(const std::string& key);
 };
 
+// Throws Error("file:line:col: error: TYPE 'first output': msg") for an op.
+[[noreturn]] void throw_op_error(const Op& op, const std::string& msg);
+
 struct Param {
   std::string name;
   Type type;

@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "milrt/error.h"
+
 namespace milrt {
 
 std::string SourceLoc::str() const {
@@ -82,6 +84,12 @@ void Op::set(const std::string& key, Arg a, bool attr_block) {
 void Op::erase(const std::string& key) {
   for (auto it = inputs.begin(); it != inputs.end(); ++it)
     if (it->key == key) { inputs.erase(it); return; }
+}
+
+void throw_op_error(const Op& op, const std::string& msg) {
+  std::string where = op.loc.str();
+  std::string who = op.type + (op.outputs.empty() ? "" : " '" + op.outputs[0].name + "'");
+  throw Error((where.empty() ? "" : where + ": ") + "error: " + who + ": " + msg);
 }
 
 const Param* Function::param(const std::string& n) const {

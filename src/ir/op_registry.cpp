@@ -109,11 +109,7 @@ void InferCtx::require_same_dtype(const std::string& a, const std::string& b) co
          " and " + type(b).str());
 }
 
-void InferCtx::fail(const std::string& msg) const {
-  std::string where = op_.loc.str();
-  std::string who = op_.type + (op_.outputs.empty() ? "" : " '" + op_.outputs[0].name + "'");
-  throw Error((where.empty() ? "" : where + ": ") + "error: " + who + ": " + msg);
-}
+void InferCtx::fail(const std::string& msg) const { throw_op_error(op_, msg); }
 
 Shape broadcast_shapes(const InferCtx& ctx, const Shape& a, const Shape& b) {
   size_t n = std::max(a.size(), b.size());

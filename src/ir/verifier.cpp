@@ -9,11 +9,7 @@
 namespace milrt {
 namespace {
 
-[[noreturn]] void fail_op(const Op& op, const std::string& msg) {
-  std::string where = op.loc.str();
-  std::string who = op.type + (op.outputs.empty() ? "" : " '" + op.outputs[0].name + "'");
-  throw Error((where.empty() ? "" : where + ": ") + "error: " + who + ": " + msg);
-}
+[[noreturn]] void fail_op(const Op& op, const std::string& msg) { throw_op_error(op, msg); }
 
 InferInput infer_input(const Op& op, const Arg& a, const ValueTable& values) {
   InferInput in;

@@ -152,16 +152,16 @@ std::string errno_str() { return std::strerror(errno); }
 
 std::shared_ptr<Buffer> map_file(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(path + ": cannot open: " + errno_str());
+  if (fd < 0) throw Error(path + ": error: cannot open: " + errno_str());
   struct stat st{};
   if (fstat(fd, &st) != 0) {
     std::string e = errno_str();
     ::close(fd);
-    throw Error(path + ": cannot stat: " + e);
+    throw Error(path + ": error: cannot stat: " + e);
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw Error(path + ": not a regular file");
+    throw Error(path + ": error: not a regular file");
   }
   size_t n = size_t(st.st_size);
   void* p = nullptr;
@@ -170,7 +170,7 @@ std::shared_ptr<Buffer> map_file(const std::string& path) {
     if (p == MAP_FAILED) {
       std::string e = errno_str();
       ::close(fd);
-      throw Error(path + ": cannot map: " + e);
+      throw Error(path + ": error: cannot map: " + e);
     }
   }
   ::close(fd);  // the mapping stays valid without the descriptor

@@ -54,7 +54,11 @@ class BlobLoader {
       try {
         buf = map_file(file);
       } catch (const Error& e) {
-        throw Error(op.loc.str() + ": error: " + op.type + " input '" + key + "': " + e.what());
+        // "path: error: why" becomes "loc: error: op input 'key': path: why".
+        std::string msg = e.what();
+        auto cut = msg.find(": error: ");
+        if (cut != std::string::npos) msg = msg.substr(0, cut) + ": " + msg.substr(cut + 9);
+        throw Error(op.loc.str() + ": error: " + op.type + " input '" + key + "': " + msg);
       }
       it = files_.emplace(file, std::move(buf)).first;
     }

@@ -8,11 +8,7 @@
 namespace milrt {
 namespace {
 
-[[noreturn]] void fail_op(const Op& op, const std::string& msg) {
-  std::string where = op.loc.str();
-  std::string who = op.type + (op.outputs.empty() ? "" : " '" + op.outputs[0].name + "'");
-  throw Error((where.empty() ? "" : where + ": ") + "error: " + who + ": " + msg);
-}
+[[noreturn]] void fail_op(const Op& op, const std::string& msg) { throw_op_error(op, msg); }
 
 bool shape_admits(const Shape& declared, const Shape& actual) {
   if (declared.size() != actual.size()) return false;

@@ -136,10 +136,6 @@ void RefCtx::set_out(size_t k, Tensor t) {
   results_[k] = std::move(t);
 }
 
-void RefCtx::fail(const std::string& msg) const {
-  std::string where = op_.loc.str();
-  std::string who = op_.type + (op_.outputs.empty() ? "" : " '" + op_.outputs[0].name + "'");
-  throw Error((where.empty() ? "" : where + ": ") + "error: " + who + ": " + msg);
-}
+void RefCtx::fail(const std::string& msg) const { throw_op_error(op_, msg); }
 
 }  // namespace milrt::ref

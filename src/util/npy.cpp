@@ -41,7 +41,7 @@ class HeaderParser {
   HeaderParser(std::string_view s, const std::string& path) : s_(s), path_(path) {}
 
   [[noreturn]] void fail(const std::string& msg) const {
-    throw Error(path_ + ": malformed .npy header: " + msg);
+    throw Error(path_ + ": error: malformed .npy header: " + msg);
   }
 
   void ws() { while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) ++i_; }
@@ -117,7 +117,7 @@ Header parse_header(std::string_view text, const std::string& path) {
     p.expect(':');
     int k = -1;
     if (key == "descr") {
-      if (p.peek('[')) throw Error(path + ": structured .npy dtypes are not supported");
+      if (p.peek('[')) throw Error(path + ": error: structured .npy dtypes are not supported");
       h.descr = p.string();
       k = 0;
     } else if (key == "fortran_order") {
@@ -145,39 +145,39 @@ DType dtype_of_descr(const std::string& d, const std::string& path) {
   for (const auto& e : kDescrs) {
     if (code != e.code) continue;
     if (order == '>' && dtype_size(e.dtype) > 1)
-      throw Error(path + ": big-endian .npy data ('" + d + "') is not supported; save it little-endian");
+      throw Error(path + ": error: big-endian .npy data ('" + d + "') is not supported; save it little-endian");
     return e.dtype;
   }
-  throw Error(path + ": unsupported .npy dtype '" + d + "'");
+  throw Error(path + ": error: unsupported .npy dtype '" + d + "'");
 }
 
 Tensor parse(const uint8_t* b, size_t n, const std::string& path) {
-  if (n < kMagicLen + 2 || std::memcmp(b, kMagic, kMagicLen) != 0) throw Error(path + ": not a .npy file (bad magic)");
+  if (n < kMagicLen + 2 || std::memcmp(b, kMagic, kMagicLen) != 0) throw Error(path + ": error: not a .npy file (bad magic)");
   const int major = b[6], minor = b[7];
   if ((major != 1 && major != 2 && major != 3) || minor != 0)
-    throw Error(path + ": unsupported .npy format version " + std::to_string(major) + "." + std::to_string(minor));
+    throw Error(path + ": error: unsupported .npy format version " + std::to_string(major) + "." + std::to_string(minor));
   const size_t len_size = major == 1 ? 2 : 4;
   const size_t prefix = kMagicLen + 2 + len_size;
-  if (n < prefix) throw Error(path + ": truncated .npy file (no header length)");
+  if (n < prefix) throw Error(path + ": error: truncated .npy file (no header length)");
   uint64_t hlen = uint64_t(b[8]) | uint64_t(b[9]) << 8;
   if (len_size == 4) hlen |= uint64_t(b[10]) << 16 | uint64_t(b[11]) << 24;
   if (hlen > n - prefix)
-    throw Error(path + ": truncated .npy file (header of " + std::to_string(hlen) + " bytes, file of " +
+    throw Error(path + ": error: truncated .npy file (header of " + std::to_string(hlen) + " bytes, file of " +
                 std::to_string(n) + ")");
   Header h = parse_header(std::string_view(reinterpret_cast<const char*>(b + prefix), size_t(hlen)), path);
-  if (h.fortran) throw Error(path + ": Fortran-order .npy arrays are not supported; save it in C order");
+  if (h.fortran) throw Error(path + ": error: Fortran-order .npy arrays are not supported; save it in C order");
   const DType dt = dtype_of_descr(h.descr, path);
 
   int64_t numel = 1;
   for (int64_t d : h.shape) {
     if (d != 0 && numel > Tensor::kMaxElements / d)
-      throw Error(path + ": .npy shape " + shape_str(h.shape) + " is too large");
+      throw Error(path + ": error: .npy shape " + shape_str(h.shape) + " is too large");
     numel *= d;
   }
   const uint64_t need = uint64_t(numel) * dtype_size(dt);
   const uint64_t have = n - prefix - hlen;
   if (have != need)
-    throw Error(path + ": .npy data of " + std::string(h.descr) + " " + shape_str(h.shape) + " needs " +
+    throw Error(path + ": error: .npy data of " + std::string(h.descr) + " " + shape_str(h.shape) + " needs " +
                 std::to_string(need) + " bytes but the file has " + std::to_string(have) +
                 (have < need ? " (truncated)" : " (trailing bytes)"));
 
@@ -261,13 +261,13 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
   for (int attempt = 0; fd < 0; ++attempt) {
     tmp = path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(counter++);
     fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0 && (errno != EEXIST || attempt > 100)) throw Error(path + ": cannot create " + tmp + ": " + errno_str());
+    if (fd < 0 && (errno != EEXIST || attempt > 100)) throw Error(path + ": error: cannot create " + tmp + ": " + errno_str());
   }
   auto abandon = [&](const std::string& what) {
     std::string e = errno_str();
     if (fd >= 0) ::close(fd);
     ::unlink(tmp.c_str());
-    throw Error(path + ": " + what + ": " + e);
+    throw Error(path + ": error: " + what + ": " + e);
   };
   size_t done = 0;
   while (done < bytes.size()) {

@@ -8,6 +8,24 @@
 #include "commands.h"
 #include "milrt/error.h"
 
+namespace {
+// Errors are one line whatever a file name or string literal inside them holds.
+void print_error(const std::string& msg) {
+  std::string line;
+  for (char c : msg) {
+    if (c == '\n') line += "\\n";
+    else if (static_cast<unsigned char>(c) < 0x20) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      line += hex;
+    }
+    else line += c;
+  }
+  if (line.find("error:") == std::string::npos) line = "error: " + line;
+  std::fprintf(stderr, "%s\n", line.c_str());
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"milrt: compile, run and train Core ML MIL programs on CPUs"};
   app.require_subcommand(1);
@@ -18,13 +36,15 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {  // a command's own verdict, e.g. --tolerance exceeded
     return e.get_exit_code();
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  } catch (const milrt::Error& e) {
-    std::fprintf(stderr, "%s\n", e.what());
+    print_error(std::string("error: ") + e.what() + " (see milrt --help)");
     return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    print_error(e.what());
     return 2;
   }
   return 0;

@@ -1,0 +1,8 @@
+// Reference implementations of the state op family.
+#include "reference/ref_ops.h"
+
+namespace milrt::ref {
+
+void register_ref_state_ops() {}
+
+}  // namespace milrt::ref
