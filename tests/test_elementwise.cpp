@@ -55,30 +55,6 @@ void expect_tensor(const Tensor& t, DType dt, const Shape& s, const std::vector<
   }
 }
 
-// One statement `TYPE z = EXPR[name = "z"];`.
-std::string stmt(const std::string& type, const std::string& expr) {
-  return "    " + type + " z = " + expr + "[name = string(\"z\")];";
-}
-
-// Runs `TYPE z = EXPR` with the given parameters and returns z.
-Tensor run_op(const std::string& params, const std::string& type, const std::string& expr, const TensorMap& in) {
-  return run_body(params, stmt(type, expr), "z", in).at("z");
-}
-
-// Expects running `TYPE z = EXPR` to throw an Error that names `op` and
-// contains `fragment`.
-void expect_error(const std::string& params, const std::string& type, const std::string& expr, const TensorMap& in,
-                  const std::string& op, const std::string& fragment = "") {
-  try {
-    run_op(params, type, expr, in);
-    ADD_FAILURE() << "no error for " << expr;
-  } catch (const Error& e) {
-    std::string msg = e.what();
-    EXPECT_NE(msg.find(op), std::string::npos) << msg;
-    EXPECT_NE(msg.find(fragment), std::string::npos) << msg;
-  }
-}
-
 std::string tensor_type(DType dt, const Shape& s) {
   std::string r = "tensor<" + std::string(dtype_name(dt)) + ", [";
   for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);

@@ -28,22 +28,6 @@ std::string i32s(const std::vector<int64_t>& v) {
 }
 
 
-Tensor run_op(const std::string& params, const std::string& type, const std::string& expr, const TensorMap& in) {
-  return run_body(params, "    " + type + " z = " + expr + "[name = string(\"z\")];", "z", in).at("z");
-}
-
-void expect_error(const std::string& params, const std::string& type, const std::string& expr, const TensorMap& in,
-                  const std::string& op, const std::string& fragment = "") {
-  try {
-    run_op(params, type, expr, in);
-    ADD_FAILURE() << "no error for " << expr;
-  } catch (const Error& e) {
-    std::string msg = e.what();
-    EXPECT_NE(msg.find(op), std::string::npos) << msg;
-    EXPECT_NE(msg.find(fragment), std::string::npos) << msg;
-  }
-}
-
 double sum(const Group& g) {
   double s = 0;
   for (double v : g) s += v;

@@ -29,30 +29,6 @@ std::string bools(const std::vector<bool>& v) {
   return r + "])";
 }
 
-// One statement `TYPE NAME = EXPR[name = "NAME"];`.
-std::string stmt(const std::string& type, const std::string& name, const std::string& expr) {
-  return "    " + type + " " + name + " = " + expr + "[name = string(\"" + name + "\")];\n";
-}
-
-
-// Runs `TYPE z = EXPR` and returns z.
-Tensor run_op(const std::string& params, const std::string& type, const std::string& expr, const TensorMap& in) {
-  return run_body(params, stmt(type, "z", expr), "z", in).at("z");
-}
-
-// Expects running `TYPE z = EXPR` to throw an Error that names `op` and contains `fragment`.
-void expect_error(const std::string& params, const std::string& type, const std::string& expr, const TensorMap& in,
-                  const std::string& op, const std::string& fragment = "") {
-  try {
-    run_op(params, type, expr, in);
-    ADD_FAILURE() << "no error for " << expr;
-  } catch (const Error& e) {
-    std::string msg = e.what();
-    EXPECT_NE(msg.find(op), std::string::npos) << msg;
-    EXPECT_NE(msg.find(fragment), std::string::npos) << msg;
-  }
-}
-
 // Expects verifying `TYPE z = EXPR` in a function of `opset` to fail naming `op` and `fragment`.
 void expect_opset_error(const std::string& opset, const std::string& params, const std::string& type,
                         const std::string& expr, const std::string& op, const std::string& fragment) {

@@ -35,7 +35,6 @@ void ensure_ops_registered() {
     register_elementwise_ops();
     register_linalg_ops();
     register_tensor_ops();
-    register_state_ops();
   });
 }
 

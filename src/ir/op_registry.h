@@ -94,7 +94,6 @@ void register_const_ops();        // const, constexpr_*
 void register_elementwise_ops();  // binary, comparison, logical, unary, activations, softmax, clip, cast
 void register_linalg_ops();       // matmul, linear, conv, norms, lstm, scaled_dot_product_attention
 void register_tensor_ops();       // reshape ... topk, reductions
-void register_state_ops();        // read_state, write_state (ios18 state)
 
 // Calls every register_*_ops() once.
 void ensure_ops_registered();

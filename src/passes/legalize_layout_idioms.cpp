@@ -32,7 +32,7 @@ namespace {
 bool layout_agnostic(const std::string& type) {
   static const std::set<std::string> ops = {
       "matmul", "add", "sub", "mul", "real_div", "pow", "maximum", "minimum",
-      "sigmoid", "tanh", "relu", "silu", "exp", "sqrt", "rsqrt", "square", "abs", "neg", "inverse",
+      "sigmoid", "tanh", "relu", "silu", "exp", "sqrt", "rsqrt", "square", "abs", "inverse",
       "gelu", "erf", "sin", "cos", "log"};
   return ops.count(type) > 0;
 }

@@ -26,7 +26,6 @@ void ensure_ref_ops_registered() {
     register_ref_elementwise_ops();
     register_ref_linalg_ops();
     register_ref_tensor_ops();
-    register_ref_state_ops();
   });
 }
 

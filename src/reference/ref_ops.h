@@ -81,7 +81,6 @@ void register_ref_const_ops();
 void register_ref_elementwise_ops();
 void register_ref_linalg_ops();
 void register_ref_tensor_ops();
-void register_ref_state_ops();
 void ensure_ref_ops_registered();
 
 }  // namespace milrt::ref

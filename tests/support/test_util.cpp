@@ -25,6 +25,26 @@ TensorMap run_body(const std::string& params, const std::string& body, const std
   return run_program(program_text(params, body, outs), inputs);
 }
 
+std::string stmt(const std::string& type, const std::string& name, const std::string& expr) {
+  return "    " + type + " " + name + " = " + expr + "[name = string(\"" + name + "\")];\n";
+}
+
+Tensor run_op(const std::string& params, const std::string& type, const std::string& expr, const TensorMap& inputs) {
+  return run_body(params, stmt(type, "z", expr), "z", inputs).at("z");
+}
+
+void expect_error(const std::string& params, const std::string& type, const std::string& expr,
+                  const TensorMap& inputs, const std::string& op, const std::string& fragment) {
+  try {
+    run_op(params, type, expr, inputs);
+    ADD_FAILURE() << "no error for " << expr;
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find(op), std::string::npos) << msg;
+    EXPECT_NE(msg.find(fragment), std::string::npos) << msg;
+  }
+}
+
 Tensor make(DType dtype, Shape shape, const std::vector<double>& v) {
   Tensor t(dtype, std::move(shape));
   if (int64_t(v.size()) != t.numel()) throw Error("make(): value count does not match shape");

@@ -30,6 +30,14 @@ std::string program_text(const std::string& params, const std::string& body, con
 TensorMap run_body(const std::string& params, const std::string& body, const std::string& outs,
                    const TensorMap& inputs);
 
+// One statement `TYPE NAME = EXPR[name = "NAME"];`.
+std::string stmt(const std::string& type, const std::string& name, const std::string& expr);
+// Runs the single statement `TYPE z = EXPR` on `inputs` and returns z.
+Tensor run_op(const std::string& params, const std::string& type, const std::string& expr, const TensorMap& inputs);
+// Expects run_op to throw an Error that names `op` and contains `fragment`.
+void expect_error(const std::string& params, const std::string& type, const std::string& expr,
+                  const TensorMap& inputs, const std::string& op, const std::string& fragment = "");
+
 // A tensor of `dtype` and `shape` holding `values` (rounded to dtype).
 Tensor make(DType dtype, Shape shape, const std::vector<double>& values);
 // All elements of a tensor as doubles.

@@ -1,8 +1,0 @@
-// Reference implementations of the state op family.
-#include "reference/ref_ops.h"
-
-namespace milrt::ref {
-
-void register_ref_state_ops() {}
-
-}  // namespace milrt::ref
