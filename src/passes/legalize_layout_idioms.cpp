@@ -22,6 +22,7 @@
 #include "ir/verifier.h"
 #include "milrt/error.h"
 #include "milrt/mil.h"
+#include "passes/pass_registry.h"
 
 namespace milrt {
 namespace {
@@ -175,5 +176,9 @@ std::vector<std::string> legalize_layout_idioms(Program& p) {
   }
   return notes;
 }
+
+namespace passes {
+void legalize_layout_idioms(Program& p) { milrt::legalize_layout_idioms(p); }
+}  // namespace passes
 
 }  // namespace milrt

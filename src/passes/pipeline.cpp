@@ -1,0 +1,41 @@
+#include "milrt/error.h"
+#include "milrt/mil.h"
+#include "milrt/passes.h"
+#include "passes/pass_registry.h"
+
+namespace milrt {
+
+const std::vector<PassInfo>& all_passes() {
+  static const std::vector<PassInfo> passes = {
+      {"legalize-layout-idioms", "make the Neural Engine's size-1 layout idioms explicit reshapes",
+       passes::legalize_layout_idioms},
+  };
+  return passes;
+}
+
+const PassInfo* find_pass(const std::string& name) {
+  for (auto& p : all_passes())
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+void run_passes(Program& p, const std::vector<std::string>& names,
+                const std::function<void(const std::string&, const Program&)>& after) {
+  std::vector<const PassInfo*> todo;
+  for (auto& n : names) {
+    const PassInfo* pass = find_pass(n);
+    if (!pass) throw Error("error: unknown pass '" + n + "' (see `milrt opt --list`)");
+    todo.push_back(pass);
+  }
+  for (auto* pass : todo) {
+    pass->run(p);
+    try {
+      verify(p);
+    } catch (const Error& e) {
+      throw Error("error: pass '" + pass->name + "' produced invalid IR: " + e.what());
+    }
+    if (after) after(pass->name, p);
+  }
+}
+
+}  // namespace milrt
