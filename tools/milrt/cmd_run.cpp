@@ -6,6 +6,7 @@
 #include "milrt/error.h"
 #include "milrt/mil.h"
 #include "milrt/npy.h"
+#include "milrt/plan.h"
 #include "milrt/reference.h"
 
 namespace milrt::cli {
@@ -66,7 +67,8 @@ void add_run(CLI::App& app) {
   cmd->add_option("--output-dir", out_dir, "write each output as DIR/NAME.npy");
   cmd->add_option("--compare", compares, "NAME=FILE.npy: report the largest difference of output NAME from FILE");
   cmd->add_option("--tolerance", tolerance, "with --compare: exit 1 if any |difference| exceeds this");
-  cmd->add_option("--engine", engine, "execution engine")->check(CLI::IsMember({"reference"}));
+  cmd->add_option("--engine", engine, "reference (the oracle, every op) or compiled (a plan; ops with kernels so far)")
+      ->check(CLI::IsMember({"reference", "compiled"}));
   cmd->callback([] {
     Program p = load_model(model);
     legalize_layout_idioms(p);
@@ -78,7 +80,15 @@ void add_run(CLI::App& app) {
     for (auto& prm : f->params)
       if (!in.count(prm.name))
         throw Error("error: missing --input " + prm.name + "=FILE.npy (" + prm.type.str() + ")");
-    TensorMap out = run_reference(p, function, in);
+    TensorMap out;
+    if (engine == "compiled") {
+      CompileOptions opts;
+      opts.function = function;
+      for (auto& [name, t] : in) opts.input_shapes[name] = t.shape();
+      out = compile(p, opts).run(in);
+    } else {
+      out = run_reference(p, function, in);
+    }
     if (!out_dir.empty()) std::filesystem::create_directories(out_dir);
     for (auto& name : f->outputs) {
       summarize(name, out.at(name));

@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   milrt::cli::add_run(app);
   milrt::cli::add_print(app);
   milrt::cli::add_opt(app);
+  milrt::cli::add_inspect(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {  // a command's own verdict, e.g. --tolerance exceeded

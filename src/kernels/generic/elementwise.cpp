@@ -1,0 +1,206 @@
+#include "kernels/generic/elementwise.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace milrt::kernels {
+
+int64_t Broadcast::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < rank; ++i) n *= dims[i];
+  return n;
+}
+
+bool Broadcast::contiguous(int k) const {
+  int64_t s = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    if (dims[i] != 1 && stride[k][i] != s) return false;
+    s *= dims[i];
+  }
+  return true;
+}
+
+bool binary_is_comparison(Binary op) { return op >= Binary::Equal && op <= Binary::GreaterEqual; }
+
+namespace {
+
+// Walks the broadcast iteration space, calling f(out_index, ia, ib, ic).
+// The innermost dim runs as a tight loop so the compiler can vectorize it.
+template <class F>
+void for_each(const Broadcast& bc, F f) {
+  if (bc.rank == 0) { f(0, 0, 0, 0); return; }
+  const int r = bc.rank;
+  int64_t idx[kMaxRank] = {};
+  int64_t off[3] = {0, 0, 0};
+  const int64_t inner = bc.dims[r - 1];
+  const int64_t sa = bc.stride[0][r - 1], sb = bc.stride[1][r - 1], sc = bc.stride[2][r - 1];
+  int64_t n = bc.numel(), o = 0;
+  if (n == 0) return;
+  while (true) {
+    for (int64_t i = 0; i < inner; ++i) f(o + i, off[0] + i * sa, off[1] + i * sb, off[2] + i * sc);
+    o += inner;
+    if (o >= n) return;
+    int d = r - 2;
+    for (; d >= 0; --d) {
+      for (int k = 0; k < 3; ++k) off[k] += bc.stride[k][d];
+      if (++idx[d] < bc.dims[d]) break;
+      for (int k = 0; k < 3; ++k) off[k] -= bc.stride[k][d] * bc.dims[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+template <class T>
+T arith(Binary op, T a, T b) {
+  switch (op) {
+    case Binary::Add: return a + b;
+    case Binary::Sub: return a - b;
+    case Binary::Mul: return a * b;
+    case Binary::Max: return a > b || std::isnan(double(a)) ? a : b;
+    case Binary::Min: return a < b || std::isnan(double(a)) ? a : b;
+    default: break;
+  }
+  if constexpr (std::is_floating_point_v<T>) {
+    switch (op) {
+      case Binary::Div: return a / b;
+      case Binary::Pow: return std::pow(a, b);
+      case Binary::FloorDiv: return std::floor(a / b);
+      case Binary::Mod: { T m = std::fmod(a, b); return (m != 0 && ((m < 0) != (b < 0))) ? m + b : m; }
+      default: return 0;
+    }
+  } else {
+    // Integer division and modulo follow NumPy: floor, remainder takes the divisor's sign, 0 on /0.
+    switch (op) {
+      case Binary::Div: return b == 0 ? 0 : T(a / b);
+      case Binary::Pow: return T(std::pow(double(a), double(b)));
+      case Binary::FloorDiv: {
+        if (b == 0) return 0;
+        T q = a / b;
+        return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+      }
+      case Binary::Mod: {
+        if (b == 0) return 0;
+        T m = a % b;
+        return (m != 0 && ((m < 0) != (b < 0))) ? m + b : m;
+      }
+      default: return 0;
+    }
+  }
+}
+
+template <class T>
+uint8_t compare(Binary op, T a, T b) {
+  switch (op) {
+    case Binary::Equal: return a == b;
+    case Binary::NotEqual: return a != b;
+    case Binary::Less: return a < b;
+    case Binary::LessEqual: return a <= b;
+    case Binary::Greater: return a > b;
+    case Binary::GreaterEqual: return a >= b;
+    default: return 0;
+  }
+}
+
+template <class T>
+void binary(Binary op, const T* a, const T* b, void* out, const Broadcast& bc) {
+  if (binary_is_comparison(op)) {
+    auto* o = static_cast<uint8_t*>(out);
+    for_each(bc, [&](int64_t i, int64_t ia, int64_t ib, int64_t) { o[i] = compare(op, a[ia], b[ib]); });
+    return;
+  }
+  auto* o = static_cast<T*>(out);
+  // The common cases get loops the compiler vectorizes: same shape, or a scalar operand.
+  int64_t n = bc.numel();
+  bool ca = bc.contiguous(0), cb = bc.contiguous(1);
+  auto run = [&](auto fn) {
+    if (ca && cb) { for (int64_t i = 0; i < n; ++i) o[i] = fn(a[i], b[i]); return; }
+    for_each(bc, [&](int64_t i, int64_t ia, int64_t ib, int64_t) { o[i] = fn(a[ia], b[ib]); });
+  };
+  switch (op) {
+    case Binary::Add: run([](T x, T y) { return T(x + y); }); return;
+    case Binary::Sub: run([](T x, T y) { return T(x - y); }); return;
+    case Binary::Mul: run([](T x, T y) { return T(x * y); }); return;
+    default: run([op](T x, T y) { return arith(op, x, y); }); return;
+  }
+}
+
+float gelu_tanh(float x) {
+  return 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+}  // namespace
+
+void binary_f32(Binary op, const float* a, const float* b, void* out, const Broadcast& bc) { binary(op, a, b, out, bc); }
+void binary_i32(Binary op, const int32_t* a, const int32_t* b, void* out, const Broadcast& bc) { binary(op, a, b, out, bc); }
+
+void binary_u8(Binary op, const uint8_t* a, const uint8_t* b, uint8_t* out, const Broadcast& bc) {
+  for_each(bc, [&](int64_t i, int64_t ia, int64_t ib, int64_t) {
+    bool x = a[ia] != 0, y = b[ib] != 0;
+    switch (op) {
+      case Binary::And: out[i] = x && y; break;
+      case Binary::Or: out[i] = x || y; break;
+      case Binary::Xor: out[i] = x != y; break;
+      default: out[i] = compare(op, a[ia], b[ib]); break;
+    }
+  });
+}
+
+void select(const uint8_t* cond, const void* a, const void* b, void* out, int bytes, const Broadcast& bc) {
+  auto* pa = static_cast<const uint8_t*>(a);
+  auto* pb = static_cast<const uint8_t*>(b);
+  auto* po = static_cast<uint8_t*>(out);
+  // Operand order in the Broadcast: 0 = cond, 1 = a, 2 = b.
+  for_each(bc, [&](int64_t i, int64_t ic, int64_t ia, int64_t ib) {
+    std::memcpy(po + i * bytes, cond[ic] ? pa + ia * bytes : pb + ib * bytes, size_t(bytes));
+  });
+}
+
+void unary_f32(Unary op, const float* x, float* y, int64_t n, float alpha, float beta, float eps) {
+  auto run = [&](auto f) { for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]); };
+  switch (op) {
+    case Unary::Abs: run([](float v) { return std::fabs(v); }); return;
+    case Unary::Neg: run([](float v) { return -v; }); return;
+    case Unary::Exp: run([](float v) { return std::exp(v); }); return;
+    case Unary::Exp2: run([](float v) { return std::exp2(v); }); return;
+    case Unary::Log: run([eps](float v) { return std::log(v + eps); }); return;
+    case Unary::Sqrt: run([](float v) { return std::sqrt(v); }); return;
+    case Unary::Rsqrt: run([eps](float v) { return 1.0f / std::sqrt(v + eps); }); return;
+    case Unary::Inverse: run([eps](float v) { return 1.0f / (v + eps); }); return;
+    case Unary::Sin: run([](float v) { return std::sin(v); }); return;
+    case Unary::Cos: run([](float v) { return std::cos(v); }); return;
+    case Unary::Tan: run([](float v) { return std::tan(v); }); return;
+    case Unary::Asin: run([](float v) { return std::asin(v); }); return;
+    case Unary::Acos: run([](float v) { return std::acos(v); }); return;
+    case Unary::Atan: run([](float v) { return std::atan(v); }); return;
+    case Unary::Atanh: run([](float v) { return std::atanh(v); }); return;
+    case Unary::Sinh: run([](float v) { return std::sinh(v); }); return;
+    case Unary::Cosh: run([](float v) { return std::cosh(v); }); return;
+    case Unary::Tanh: run([](float v) { return std::tanh(v); }); return;
+    case Unary::Erf: run([](float v) { return std::erf(v); }); return;
+    case Unary::Floor: run([](float v) { return std::floor(v); }); return;
+    case Unary::Ceil: run([](float v) { return std::ceil(v); }); return;
+    case Unary::Round: run([](float v) { return std::nearbyint(v); }); return;  // ties to even
+    case Unary::Sign: run([](float v) { return float((v > 0) - (v < 0)); }); return;
+    case Unary::Square: run([](float v) { return v * v; }); return;
+    case Unary::Relu: run([](float v) { return v > 0 ? v : (std::isnan(v) ? v : 0.0f); }); return;
+    case Unary::Relu6: run([](float v) { return std::isnan(v) ? v : std::fmin(std::fmax(v, 0.0f), 6.0f); }); return;
+    case Unary::Sigmoid: run([](float v) { return 1.0f / (1.0f + std::exp(-v)); }); return;
+    case Unary::Silu: run([](float v) { return v / (1.0f + std::exp(-v)); }); return;
+    case Unary::GeluExact: run([](float v) { return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f)); }); return;
+    case Unary::GeluTanh: run(gelu_tanh); return;
+    case Unary::GeluSigmoid: run([](float v) { return v / (1.0f + std::exp(-1.702f * v)); }); return;
+    case Unary::Softplus: run([](float v) { return std::fmax(v, 0.0f) + std::log1p(std::exp(-std::fabs(v))); }); return;
+    case Unary::Softsign: run([](float v) { return v / (1.0f + std::fabs(v)); }); return;
+    case Unary::Clip: run([=](float v) { return std::isnan(v) ? v : std::fmin(std::fmax(v, alpha), beta); }); return;
+    case Unary::LeakyRelu: run([=](float v) { return v >= 0 ? v : alpha * v; }); return;
+    case Unary::Elu: run([=](float v) { return v > 0 ? v : alpha * (std::exp(v) - 1.0f); }); return;
+    case Unary::Threshold: run([=](float v) { return std::fmax(v, alpha); }); return;
+    case Unary::SigmoidHard: run([=](float v) { return std::fmin(std::fmax(alpha * v + beta, 0.0f), 1.0f); }); return;
+    case Unary::ScaledTanh: run([=](float v) { return alpha * std::tanh(beta * v); }); return;
+    case Unary::LinearActivation: run([=](float v) { return alpha * v + beta; }); return;
+    case Unary::ThresholdedRelu: run([=](float v) { return v >= alpha ? v : 0.0f; }); return;
+    case Unary::ClampedRelu: run([=](float v) { return std::fmin(beta, v >= 0 ? v : alpha * v); }); return;
+    case Unary::SoftplusParametric: run([=](float v) { return alpha * std::log1p(std::exp(beta * v)); }); return;
+  }
+}
+
+}  // namespace milrt::kernels

@@ -1,0 +1,89 @@
+// Lowering: each MIL op of a verified, optimized function becomes a Step that
+// calls kernels with pointers and precomputed shapes. Lowering functions are
+// registered per op type (src/runtime/lower/*.cpp); all shape logic happens
+// here, at compile time, never in Step::run.
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "milrt/error.h"
+#include "milrt/ir.h"
+#include "milrt/plan.h"
+
+namespace milrt::rt {
+
+// How a value is stored inside a plan: fp32 for floats, int32 for integers,
+// one byte for bools (see plan.h).
+DType storage_dtype(DType declared);
+
+// Per-run table of value addresses, indexed by value id.
+struct Frame {
+  std::vector<void*> ptr;
+  template <class T> T* at(int id) const { return static_cast<T*>(ptr[size_t(id)]); }
+};
+
+class Step {
+ public:
+  virtual ~Step() = default;
+  virtual void run(const Frame& f) const = 0;
+  Plan::StepInfo info;
+};
+
+// A value as lowering sees it.
+struct ValueRef {
+  int id = -1;
+  DType dtype = DType::FP32;   // storage dtype
+  Shape shape;
+  int64_t numel() const { return shape_numel(shape); }
+};
+
+class LowerCtx {
+ public:
+  virtual ~LowerCtx() = default;
+  // An input of `op` by key (a variable or an inline literal).
+  virtual ValueRef input(const Op& op, const std::string& key) = 0;
+  virtual std::vector<ValueRef> tuple(const Op& op, const std::string& key) = 0;
+  virtual ValueRef output(const Op& op, size_t k = 0) = 0;
+  // The compile-time value of an input, if it is a constant (literal or const op).
+  virtual const Tensor* const_value(const Op& op, const std::string& key) = 0;
+
+  bool has(const Op& op, const std::string& key) { return op.has(key); }
+  int64_t const_int(const Op& op, const std::string& key, std::optional<int64_t> def = std::nullopt);
+  double const_float(const Op& op, const std::string& key, std::optional<double> def = std::nullopt);
+  bool const_bool(const Op& op, const std::string& key, std::optional<bool> def = std::nullopt);
+  std::string const_str(const Op& op, const std::string& key, std::optional<std::string> def = std::nullopt);
+  std::vector<int64_t> const_ints(const Op& op, const std::string& key,
+                                  std::optional<std::vector<int64_t>> def = std::nullopt);
+};
+
+using LowerFn = std::unique_ptr<Step> (*)(const Op& op, LowerCtx& ctx);
+void register_lowering(const std::string& type, LowerFn fn);
+LowerFn find_lowering(const std::string& type);
+std::vector<std::string> lowered_ops();   // sorted
+
+// One registration function per family (src/runtime/lower/*.cpp).
+void register_elementwise_lowerings();
+void register_linalg_lowerings();
+void register_tensor_lowerings();
+void ensure_lowerings_registered();
+
+// A Step running a lambda: most lowerings need nothing more.
+template <class F>
+class FnStep final : public Step {
+ public:
+  FnStep(std::string kernel, const Op& op, F f) : f_(std::move(f)) {
+    info.kernel = std::move(kernel);
+    for (auto& o : op.outputs) info.ops.push_back(o.name);
+  }
+  void run(const Frame& fr) const override { f_(fr); }
+ private:
+  F f_;
+};
+template <class F>
+std::unique_ptr<Step> make_step(std::string kernel, const Op& op, F f) {
+  return std::make_unique<FnStep<F>>(std::move(kernel), op, std::move(f));
+}
+
+}  // namespace milrt::rt
