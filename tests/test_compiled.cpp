@@ -187,3 +187,64 @@ TEST(Compiled, BadInputsAreErrors) {
 
 }  // namespace
 }  // namespace milrt
+
+// ---- real programs: the seeds' and the Core ML bundles
+
+#include "llm/seed_kernels.h"
+#include "test_pass_util.h"
+
+namespace milrt {
+namespace {
+
+void expect_compiled_matches_reference(const std::string& name, const Program& p, uint64_t seed, double tol) {
+  SCOPED_TRACE(name);
+  TensorMap in = test::pass::inputs_for(p.functions[0], seed);
+  TensorMap want = run_reference(p, "main", in);
+  TensorMap got = compile(p).run(in);
+  double err = worst_error(got, want);
+  std::printf("[compiled] %s: worst |compiled - reference| / (1 + |reference|) = %.3g\n", name.c_str(), err);
+  EXPECT_LE(err, tol);
+}
+
+// The first seed's three fp16 programs: up to ~20 chained fp16 ops with
+// K <= 128 products; the reference rounds each to fp16, so 2e-2 bounds it.
+TEST(Compiled, FirstSeedProgramsAgreeWithTheReference) {
+  for (auto& c : test::pass::seed_corpus()) expect_compiled_matches_reference(c.name, c.program, 11, 2e-2);
+}
+
+// The second seed's six training kernels at DIM 64, HIDDEN 128, HEADS 4, SEQ 16 (fp16).
+TEST(Compiled, SecondSeedKernelsAgreeWithTheReference) {
+  llm::SeedLayerConfig cfg{64, 128, 4, 16};
+  std::mt19937 rng(5);
+  llm::SeedLayerWeights w;
+  auto rnd = [&](Shape s, double scale) { return random_tensor(rng, DType::FP16, s, scale); };
+  w.rms1 = rnd({64}, 1.0);
+  w.rms2 = rnd({64}, 1.0);
+  for (Tensor* t : {&w.wq, &w.wk, &w.wv, &w.wo}) *t = rnd({64, 64}, 0.125);
+  w.w1 = rnd({128, 64}, 0.125);
+  w.w3 = rnd({128, 64}, 0.125);
+  w.w2 = rnd({64, 128}, 0.09);
+  std::vector<std::pair<std::string, Program>> kernels = {
+      {"fwdAttn", llm::seed_sdpa_fwd_taps(cfg, w)}, {"fwdFFN", llm::seed_ffn_fwd_taps(cfg, w)},
+      {"ffnBwd", llm::seed_ffn_bwd(cfg, w)},        {"qkvBwd", llm::seed_qkv_bwd(cfg, w)},
+      {"sdpaBwd1", llm::seed_sdpa_bwd1(cfg, w)},    {"sdpaBwd2", llm::seed_sdpa_bwd2(cfg)}};
+  for (auto& [name, p] : kernels) expect_compiled_matches_reference(name, p, 3, 2e-2);
+}
+
+// The bundles whose every op has a compiled kernel already must agree; the
+// others are listed (the compiler issue is still open for them).
+TEST(Compiled, CoreMlBundlesThatCompileAgree) {
+  MILRT_REQUIRE_SHARED();
+  for (auto& c : test::pass::shared_corpus()) {
+    try {
+      compile(c.program);
+    } catch (const Error& e) {
+      std::printf("[compiled] %s: not compiled yet: %s\n", c.name.c_str(), e.what());
+      continue;
+    }
+    expect_compiled_matches_reference(c.name, c.program, 13, 2e-2);
+  }
+}
+
+}  // namespace
+}  // namespace milrt

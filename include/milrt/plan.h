@@ -23,7 +23,8 @@ namespace milrt {
 struct CompileOptions {
   std::string function = "main";
   // Pass pipeline run before lowering (names as in `milrt opt --list`).
-  std::vector<std::string> passes = {"legalize-layout-idioms"};
+  std::vector<std::string> passes = {"legalize-layout-idioms", "fold-constexpr", "canonicalize", "decompose",
+                                     "cse", "dce"};
   // Shapes for inputs with '?' dims (flexible-shape models): a plan is for static shapes.
   std::map<std::string, Shape> input_shapes;
 };

@@ -9,6 +9,14 @@ const std::vector<PassInfo>& all_passes() {
   static const std::vector<PassInfo> passes = {
       {"legalize-layout-idioms", "make the Neural Engine's size-1 layout idioms explicit reshapes",
        passes::legalize_layout_idioms},
+      {"fold-constexpr", "decompress constexpr weights and fold small data movement of constants into consts",
+       passes::fold_constexpr},
+      {"cse", "merge ops that compute the same values (same type, inputs and output types)", passes::cse},
+      {"dce", "remove ops whose results reach no function output", passes::dce},
+      {"canonicalize", "linear and 1x1 conv to matmul; squeeze/expand_dims to reshape; merge reshape/transpose chains",
+       passes::canonicalize},
+      {"decompose", "expand rms_norm, layer_norm, silu, gelu, softplus, sigmoid_hard, relu6, leaky_relu into primitives",
+       passes::decompose},
   };
   return passes;
 }

@@ -36,8 +36,12 @@ void add_opt(CLI::App& app) {
     if (model.empty()) throw CLI::RequiredError("model");
     Program p = load_model(model);
     std::vector<std::string> names = split_commas(pipeline);
-    if (names.empty() || names[0] != "legalize-layout-idioms") legalize_layout_idioms(p);
-    verify(p);
+    // The seeds' layout idioms only verify after legalization: run it first
+    // unless the pipeline starts with it (run_passes verifies after each pass).
+    if (names.empty() || names[0] != "legalize-layout-idioms") {
+      legalize_layout_idioms(p);
+      verify(p);
+    }
     run_passes(p, names, [](const std::string& pass, const Program& q) {
       if (print_after == "all" || print_after == pass)
         std::fprintf(stderr, "// ----- after %s\n%s", pass.c_str(), print_mil(q).c_str());

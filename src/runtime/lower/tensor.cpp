@@ -1,7 +1,7 @@
 // Lowering of data-movement ops: reshapes, transpose, concat, split, slices.
 #include <cstring>
 
-#include "kernels/generic/permute.h"
+#include "kernels/generic/copy.h"
 #include "runtime/lowering.h"
 
 namespace milrt::rt {
