@@ -67,6 +67,8 @@ std::vector<std::string> lowered_ops();   // sorted
 void register_elementwise_lowerings();
 void register_linalg_lowerings();
 void register_tensor_lowerings();
+void register_slicing_lowerings();
+void register_nn_lowerings();
 void ensure_lowerings_registered();
 
 // A Step running a lambda: most lowerings need nothing more.

@@ -50,6 +50,8 @@ void ensure_lowerings_registered() {
     register_elementwise_lowerings();
     register_linalg_lowerings();
     register_tensor_lowerings();
+    register_slicing_lowerings();
+    register_nn_lowerings();
   });
 }
 
@@ -292,6 +294,9 @@ Plan compile(const Program& program, const CompileOptions& options) {
       const BufferSlot* s = mp.find(v.name);
       if (!s) throw Error("internal: value '" + v.name + "' missing from the memory plan");
       P.frame.ptr[i] = base + s->offset;
+    } else if (v.kind == Plan::Impl::Kind::Const) {
+      // Steps never write constants, which may be read-only mapped weights.
+      P.frame.ptr[i] = const_cast<void*>(P.buffers[size_t(v.storage)].data());
     } else {
       P.frame.ptr[i] = P.buffers[size_t(v.storage)].mutable_data();
     }

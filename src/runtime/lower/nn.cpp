@@ -1,0 +1,176 @@
+// Lowering of conv and lstm: padding, output geometry, gate layout and
+// activations are resolved here, at compile time, exactly as the reference
+// (src/reference/ops/linalg.cpp) resolves them.
+#include <algorithm>
+#include <cctype>
+#include <memory>
+
+#include "kernels/generic/conv.h"
+#include "kernels/generic/lstm.h"
+#include "runtime/lowering.h"
+
+namespace milrt::rt {
+namespace {
+
+int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+
+void require_float(const Op& op, std::initializer_list<ValueRef> vs) {
+  for (const ValueRef& v : vs)
+    if (v.dtype != DType::FP32) throw_op_error(op, "only float " + op.type + " compiles");
+}
+
+std::unique_ptr<Step> lower_conv(const Op& op, LowerCtx& ctx) {
+  ValueRef x = ctx.input(op, "x"), w = ctx.input(op, "weight"), o = ctx.output(op);
+  require_float(op, {x, w});
+  const size_t rank = x.shape.size();
+  if (rank < 3 || rank > 5 || w.shape.size() != rank) throw_op_error(op, "x and weight must have rank 3 to 5");
+  const size_t nsp = rank - 2;
+  std::vector<int64_t> strides = ctx.const_ints(op, "strides", std::vector<int64_t>(nsp, 1));
+  std::vector<int64_t> dilations = ctx.const_ints(op, "dilations", std::vector<int64_t>(nsp, 1));
+  int64_t groups = ctx.const_int(op, "groups", 1);
+  std::string pad_type = ctx.const_str(op, "pad_type", "valid");
+  std::vector<int64_t> pad = pad_type == "custom" ? ctx.const_ints(op, "pad", std::vector<int64_t>(2 * nsp, 0))
+                                                  : std::vector<int64_t>(2 * nsp, 0);
+  if (strides.size() != nsp || dilations.size() != nsp || pad.size() != 2 * nsp)
+    throw_op_error(op, "strides, dilations and pad must have one (pad: two) value per spatial dim");
+  if (groups < 1) throw_op_error(op, "groups must be >= 1");
+  kernels::ConvGeometry g;
+  g.batch = x.shape[0];
+  g.cin = x.shape[1];
+  g.cout = w.shape[0];
+  g.groups = groups;
+  if (g.cin % groups != 0 || w.shape[1] != g.cin / groups || g.cout % groups != 0)
+    throw_op_error(op, "channels do not fit groups = " + std::to_string(groups));
+  Shape out = {g.batch, g.cout};
+  // Spatial dim i goes to kernel slot 3 - nsp + i; the leading slots stay size 1.
+  for (size_t i = 0; i < nsp; ++i) {
+    const size_t k = 3 - nsp + i;
+    const int64_t in = x.shape[2 + i], s = strides[i], ek = (w.shape[2 + i] - 1) * dilations[i] + 1;
+    if (s < 1 || dilations[i] < 1) throw_op_error(op, "strides and dilations must be >= 1");
+    int64_t total = 0, before = 0;
+    // `same` pads to ceil(in / stride) outputs with any odd padding unit after, `same_lower` before.
+    if (pad_type == "same" || pad_type == "same_lower") {
+      total = std::max<int64_t>(0, s * ((in + s - 1) / s) - in + ek - s);
+      before = pad_type == "same" ? total / 2 : total - total / 2;
+    } else if (pad_type == "custom") {
+      total = pad[2 * i] + pad[2 * i + 1];
+      before = pad[2 * i];
+    } else if (pad_type != "valid") {
+      throw_op_error(op, "unknown pad_type '" + pad_type + "'");
+    }
+    g.in[k] = in;
+    g.kernel[k] = w.shape[2 + i];
+    g.stride[k] = s;
+    g.dilation[k] = dilations[i];
+    g.pad_before[k] = before;
+    g.out[k] = floor_div(in + total - ek, s) + 1;
+    if (g.out[k] <= 0) throw_op_error(op, "spatial dim " + std::to_string(i) + " gets no output");
+    out.push_back(g.out[k]);
+  }
+  if (out != o.shape)
+    throw_op_error(op, "conv gives shape " + shape_str(out) + " but the output is declared " + shape_str(o.shape));
+  int ib = -1;
+  if (op.has("bias")) {
+    ValueRef b = ctx.input(op, "bias");
+    require_float(op, {b});
+    if (b.numel() != g.cout) throw_op_error(op, "bias must have one value per output channel");
+    ib = b.id;
+  }
+  int ix = x.id, iw = w.id, io = o.id;
+  auto step = make_step("conv", op, [=](const Frame& f) {
+    kernels::conv_f32(f.at<float>(ix), f.at<float>(iw), ib >= 0 ? f.at<float>(ib) : nullptr, f.at<float>(io), g);
+  });
+  step->info.flops = 2.0 * double(o.numel()) * double(w.numel() / g.cout);
+  step->info.bytes = 4.0 * double(x.numel() + w.numel() + o.numel());
+  return step;
+}
+
+kernels::Activation activation(const Op& op, LowerCtx& ctx, const std::string& key, const std::string& def) {
+  std::string a = ctx.const_str(op, key, def);
+  for (char& ch : a) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  if (a == "sigmoid") return kernels::Activation::Sigmoid;
+  // scaled_tanh with its default alpha = beta = 1, as the reference reads it.
+  if (a == "tanh" || a == "scaled_tanh") return kernels::Activation::Tanh;
+  if (a == "relu") return kernels::Activation::Relu;
+  if (a == "linear") return kernels::Activation::Linear;
+  if (a == "hard_sigmoid") return kernels::Activation::HardSigmoid;
+  throw_op_error(op, "unsupported activation '" + a + "'");
+}
+
+// The value id of an optional float input of `n` elements, or -1 when absent.
+int optional_vector(const Op& op, LowerCtx& ctx, const std::string& key, int64_t n) {
+  if (!op.has(key)) return -1;
+  ValueRef v = ctx.input(op, key);
+  require_float(op, {v});
+  if (v.numel() != n) throw_op_error(op, "'" + key + "' must have " + std::to_string(n) + " values");
+  return v.id;
+}
+
+std::unique_ptr<Step> lower_lstm(const Op& op, LowerCtx& ctx) {
+  ValueRef x = ctx.input(op, "x"), h0 = ctx.input(op, "initial_h"), c0 = ctx.input(op, "initial_c");
+  ValueRef y = ctx.output(op, 0), hn = ctx.output(op, 1), cn = ctx.output(op, 2);
+  require_float(op, {x, h0, c0});
+  if (x.shape.size() != 3) throw_op_error(op, "x must be [seq, batch, input_size]");
+  kernels::LstmConfig cfg;
+  cfg.seq = x.shape[0];
+  cfg.batch = x.shape[1];
+  cfg.input = x.shape[2];
+  const std::string dir = ctx.const_str(op, "direction", "forward");
+  if (dir != "forward" && dir != "reverse" && dir != "bidirectional")
+    throw_op_error(op, "unknown direction '" + dir + "'");
+  cfg.directions = dir == "bidirectional" ? 2 : 1;
+  cfg.backward_in_processing_order = dir == "reverse";
+  cfg.output_sequence = ctx.const_bool(op, "output_sequence", false);
+  cfg.recurrent = activation(op, ctx, "recurrent_activation", "sigmoid");
+  cfg.cell = activation(op, ctx, "cell_activation", "tanh");
+  cfg.output = activation(op, ctx, "activation", "tanh");
+  cfg.clip = op.has("clip");
+  if (cfg.clip) cfg.clip_value = float(ctx.const_float(op, "clip"));
+  // Per direction: value ids of weight_ih, weight_hh, bias, peephole.
+  struct Ids { int wih, whh, bias, peephole; };
+  std::vector<Ids> ids;
+  for (int d = 0; d < cfg.directions; ++d) {
+    const std::string sfx = d == 1 ? "_back" : "";
+    ValueRef wih = ctx.input(op, "weight_ih" + sfx), whh = ctx.input(op, "weight_hh" + sfx);
+    require_float(op, {wih, whh});
+    if (whh.shape.size() != 2) throw_op_error(op, "weight_hh" + sfx + " must have rank 2");
+    if (d == 0) cfg.hidden = whh.shape[1];
+    const int64_t H = cfg.hidden;
+    if (wih.shape != Shape{4 * H, cfg.input} || whh.shape != Shape{4 * H, H})
+      throw_op_error(op, "weight_ih" + sfx + " / weight_hh" + sfx + " must be [4*H, input_size] / [4*H, H]");
+    ids.push_back({wih.id, whh.id, optional_vector(op, ctx, "bias" + sfx, 4 * H),
+                   optional_vector(op, ctx, "peephole" + sfx, 3 * H)});
+  }
+  const int64_t hd = cfg.directions * cfg.hidden;
+  const Shape state = {cfg.batch, hd}, ys = {cfg.output_sequence ? cfg.seq : 1, cfg.batch, hd};
+  if (h0.shape != state || c0.shape != state) throw_op_error(op, "initial_h / initial_c must be [batch, DIRECTIONS*H]");
+  if (y.shape != ys || hn.shape != state || cn.shape != state)
+    throw_op_error(op, "declared output shapes do not match the lstm's");
+  // Gate scratch, allocated once here: a plan runs one call at a time.
+  auto gates = std::make_shared<std::vector<float>>(size_t(4 * cfg.hidden));
+  const bool backward = dir == "reverse";
+  int ix = x.id, ih = h0.id, ic = c0.id, iy = y.id, ihn = hn.id, icn = cn.id;
+  auto step = make_step("lstm", op, [=](const Frame& f) {
+    kernels::LstmDirection dirs[2];
+    for (size_t d = 0; d < ids.size(); ++d) {
+      dirs[d].w_ih = f.at<float>(ids[d].wih);
+      dirs[d].w_hh = f.at<float>(ids[d].whh);
+      dirs[d].bias = ids[d].bias >= 0 ? f.at<float>(ids[d].bias) : nullptr;
+      dirs[d].peephole = ids[d].peephole >= 0 ? f.at<float>(ids[d].peephole) : nullptr;
+      dirs[d].backward = backward || d == 1;
+    }
+    kernels::lstm_f32(f.at<float>(ix), f.at<float>(ih), f.at<float>(ic), dirs, cfg, f.at<float>(iy),
+                      f.at<float>(ihn), f.at<float>(icn), gates->data());
+  });
+  step->info.flops = 2.0 * double(cfg.directions * cfg.seq * cfg.batch * 4 * cfg.hidden * (cfg.input + cfg.hidden));
+  return step;
+}
+
+}  // namespace
+
+void register_nn_lowerings() {
+  register_lowering("conv", lower_conv);
+  register_lowering("lstm", lower_lstm);
+}
+
+}  // namespace milrt::rt
