@@ -8,4 +8,5 @@ void add_run(CLI::App& app);     // milrt run MODEL --input NAME=FILE.npy ...
 void add_print(CLI::App& app);   // milrt print MODEL
 void add_opt(CLI::App& app);     // milrt opt MODEL --passes a,b,c
 void add_inspect(CLI::App& app); // milrt inspect MODEL
+void add_bench(CLI::App& app);   // milrt bench MODEL
 }  // namespace milrt::cli

@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   milrt::cli::add_print(app);
   milrt::cli::add_opt(app);
   milrt::cli::add_inspect(app);
+  milrt::cli::add_bench(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {  // a command's own verdict, e.g. --tolerance exceeded
