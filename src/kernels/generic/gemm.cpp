@@ -1,0 +1,505 @@
+// The GEMM driver shared by every kernel path (argument checks, packing,
+// cache blocking, edge tiles) and the portable C++ micro-kernel.
+//
+// Loop nest (BLIS-like, N outermost so threads can later split N blocks):
+//   pack A once (only when it is not already rows of fp32/bf16 along k)
+//   for jc in N by NC:            B block K×NC (pre-packed, or packed here)
+//     for ic in M by MC:
+//       for pc in K by KC:        partial sums of the MC×NC block in fp32 scratch
+//         for jr in NC by NR:     a KC×NR B panel stays in L1 ...
+//           for ir in MC by MR:   ... while the MR-row A tiles stream from L2
+//             micro-kernel; on the last pc it applies the epilogue and stores C
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "kernels/gemm.h"
+#include "kernels/gemm_micro.h"
+#include "milrt/dtype.h"
+#include "milrt/error.h"
+
+namespace milrt::kernels {
+
+namespace detail {
+namespace {
+
+// ---- the portable micro-kernel -------------------------------------------
+
+constexpr int kGenericMr = 6, kGenericNr = 8;
+
+float activate(Activation act, float x) {
+  switch (act) {
+    case Activation::none: return x;
+    case Activation::relu: return x > 0 ? x : 0.0f;
+    case Activation::sigmoid: return 1.0f / (1.0f + std::exp(-x));
+    case Activation::silu: return x / (1.0f + std::exp(-x));
+    case Activation::gelu_tanh: {
+      // 0.5·(1 + tanh(u)) = sigmoid(2u): no cancellation for negative x.
+      const float u2 = 1.5957691216f * (x + 0.044715f * x * x * x);
+      return x / (1.0f + std::exp(-u2));
+    }
+  }
+  return x;
+}
+
+float load_elem(const void* p, ElemType t, int64_t i) {
+  switch (t) {
+    case ElemType::f32: return static_cast<const float*>(p)[i];
+    case ElemType::f16: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case ElemType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+  }
+  return 0;
+}
+
+void store_elem(void* p, ElemType t, int64_t i, float v) {
+  switch (t) {
+    case ElemType::f32: static_cast<float*>(p)[i] = v; return;
+    case ElemType::f16: static_cast<uint16_t*>(p)[i] = f32_to_f16(v); return;
+    case ElemType::bf16: static_cast<uint16_t*>(p)[i] = f32_to_bf16(v); return;
+  }
+}
+
+// A tile of M rows (a compile-time count, so the accumulators stay in
+// registers). 6×8 fp32 accumulators fit the 16 registers of baseline SSE2.
+// `unroll 1` keeps the j loop innermost until it is vectorized: unrolled
+// first, g++ -O3 vectorizes the k loop instead, with shuffles, at 1/4 speed.
+template <int M>
+void generic_tile(const MicroArgs& p) {
+  constexpr int NR = kGenericNr;
+  float acc[M][NR] = {};
+  const float* a = static_cast<const float*>(p.a);
+  const float* b = static_cast<const float*>(p.b);
+  for (int64_t k = 0; k < p.ksteps; ++k) {
+    const float* bk = b + k * NR;
+    for (int i = 0; i < M; ++i) {
+      const float ai = a[i * p.lda + k];
+#pragma GCC unroll 1
+      for (int j = 0; j < NR; ++j) acc[i][j] += ai * bk[j];
+    }
+  }
+  if (p.load_acc)
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < NR; ++j) acc[i][j] += p.acc[i * p.ld_acc + j];
+  if (!p.out) {
+    for (int i = 0; i < M; ++i) std::memcpy(p.acc + i * p.ld_acc, acc[i], sizeof(acc[i]));
+    return;
+  }
+  const TileStore& o = *p.out;
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < NR; ++j) {
+      float v = o.alpha * acc[i][j];
+      if (o.bias) v += o.bias[j];
+      v = activate(o.act, v);
+      if (o.res) v += load_elem(o.res, o.res_type, i * o.ldr + j);
+      store_elem(o.c, o.c_type, i * o.ldc + j, v);
+    }
+}
+
+void generic_micro(const MicroArgs& p) {
+  static constexpr MicroKernel kTiles[kGenericMr] = {generic_tile<1>, generic_tile<2>, generic_tile<3>,
+                                                     generic_tile<4>, generic_tile<5>, generic_tile<6>};
+  kTiles[p.m - 1](p);
+}
+
+}  // namespace
+
+constinit const KernelSet kGenericF32 = {"generic-f32", PackFormat::f32, kGenericMr, kGenericNr, 256, 96, 256,
+                                         generic_micro};
+
+}  // namespace detail
+
+namespace {
+
+using detail::KernelSet;
+using detail::PackFormat;
+
+// ---- small helpers --------------------------------------------------------
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+size_t elem_bytes(ElemType t) { return t == ElemType::f32 ? 4 : 2; }
+size_t format_bytes(PackFormat f) { return f == PackFormat::f32 ? 4 : 2; }
+
+// K as stored in packed operands: pairs need an even count.
+int64_t packed_k(PackFormat f, int64_t K) { return f == PackFormat::f32 ? K : round_up(K, 2); }
+
+float bf16_bits_to_f32(uint16_t b) {
+  const uint32_t x = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
+// Nearest-even bf16 bits of an fp32 (as milrt::f32_to_bf16), inline so the
+// packing loops vectorize.
+uint16_t f32_to_bf16_bits(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return uint16_t((x >> 16) | 0x40);
+  return uint16_t((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+float round_to_bf16(float f) { return bf16_bits_to_f32(f32_to_bf16_bits(f)); }
+
+struct AlignedFree {
+  void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t(64)); }
+};
+using AlignedBytes = std::unique_ptr<std::byte[], AlignedFree>;
+
+AlignedBytes aligned_alloc_bytes(size_t n) {
+  return AlignedBytes(static_cast<std::byte*>(::operator new[](std::max<size_t>(n, 64), std::align_val_t(64))));
+}
+
+// Per-thread scratch that only grows: no allocation once a plan's shapes were seen.
+class Scratch {
+ public:
+  void* get(size_t bytes) {
+    if (bytes > cap_) {
+      buf_ = aligned_alloc_bytes(bytes);
+      cap_ = bytes;
+    }
+    return buf_.get();
+  }
+
+ private:
+  AlignedBytes buf_;
+  size_t cap_ = 0;
+};
+
+struct ThreadScratch {
+  Scratch a, b, acc;
+};
+thread_local ThreadScratch t_scratch;
+
+// ---- packing ----------------------------------------------------------------
+
+// Element (r, c) of op(X) as stored.
+template <class T>
+const T& at(const MatrixRef& x, int64_t r, int64_t c) {
+  const T* p = static_cast<const T*>(x.data);
+  return x.trans ? p[c * x.ld + r] : p[r * x.ld + c];
+}
+
+template <class Src>
+float widen(Src v) {
+  if constexpr (sizeof(Src) == 4) return v;
+  else return bf16_bits_to_f32(v);
+}
+
+// Destination element from a source element: fp32 (optionally rounded to a
+// bf16 value) or bf16 bits.
+template <class Dst, class Src>
+Dst convert(Src v, bool round) {
+  if constexpr (sizeof(Dst) == 4) {
+    const float f = widen(v);
+    return round ? round_to_bf16(f) : f;
+  } else if constexpr (sizeof(Src) == 2) {
+    return v;
+  } else {
+    return f32_to_bf16_bits(v);
+  }
+}
+
+// A[M,K] -> rows along k (ld = lda_p), zero-padded to packed_k.
+template <class Dst, class Src>
+void pack_a_rows(const MatrixRef& a, int64_t M, int64_t K, int64_t Kp, bool round, Dst* dst, int64_t lda_p) {
+  if (!a.trans) {
+    for (int64_t i = 0; i < M; ++i) {
+      const Src* src = static_cast<const Src*>(a.data) + i * a.ld;
+      Dst* d = dst + i * lda_p;
+      for (int64_t k = 0; k < K; ++k) d[k] = convert<Dst>(src[k], round);
+      for (int64_t k = K; k < Kp; ++k) d[k] = 0;
+    }
+    return;
+  }
+  // Stored as [K, M]: transpose in tiles so reads and writes both stay in cache.
+  constexpr int64_t T = 32;
+  for (int64_t i0 = 0; i0 < M; i0 += T)
+    for (int64_t k0 = 0; k0 < K; k0 += T)
+      for (int64_t i = i0; i < std::min(M, i0 + T); ++i)
+        for (int64_t k = k0; k < std::min(K, k0 + T); ++k) dst[i * lda_p + k] = convert<Dst>(at<Src>(a, i, k), round);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t k = K; k < Kp; ++k) dst[i * lda_p + k] = 0;
+}
+
+// Columns [j0, j0 + ncols) of op(B)[K, N] -> NR-wide panels (layout in gemm_micro.h).
+template <class Dst, class Src>
+void pack_b_panels(const MatrixRef& b, int64_t K, int64_t Kp, int64_t j0, int64_t ncols, int nr, PackFormat fmt,
+                   bool round, Dst* dst) {
+  const int64_t panels = (ncols + nr - 1) / nr;
+  for (int64_t p = 0; p < panels; ++p) {
+    Dst* panel = dst + p * Kp * nr;
+    const int64_t jbase = j0 + p * nr;
+    const int64_t width = std::min<int64_t>(nr, j0 + ncols - jbase);
+    // Index of element (k, j) inside the panel.
+    auto idx = [&](int64_t k, int64_t j) {
+      return fmt == PackFormat::f32 ? k * nr + j : (k / 2) * 2 * nr + 2 * j + (k & 1);
+    };
+    std::memset(static_cast<void*>(panel), 0, size_t(Kp) * nr * sizeof(Dst));
+    if (!b.trans) {
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t j = 0; j < width; ++j) panel[idx(k, j)] = convert<Dst>(at<Src>(b, k, jbase + j), round);
+    } else {
+      for (int64_t j = 0; j < width; ++j)
+        for (int64_t k = 0; k < K; ++k) panel[idx(k, j)] = convert<Dst>(at<Src>(b, k, jbase + j), round);
+    }
+  }
+}
+
+template <class Dst>
+void pack_b_dispatch(const MatrixRef& b, int64_t K, int64_t Kp, int64_t j0, int64_t ncols, const KernelSet& ks,
+                     bool round, void* dst) {
+  if (b.type == ElemType::f32)
+    pack_b_panels<Dst, float>(b, K, Kp, j0, ncols, ks.nr, ks.format, round, static_cast<Dst*>(dst));
+  else
+    pack_b_panels<Dst, uint16_t>(b, K, Kp, j0, ncols, ks.nr, ks.format, round, static_cast<Dst*>(dst));
+}
+
+void pack_b(const MatrixRef& b, int64_t K, int64_t j0, int64_t ncols, const KernelSet& ks, bool round, void* dst) {
+  const int64_t Kp = packed_k(ks.format, K);
+  if (ks.format == PackFormat::f32) pack_b_dispatch<float>(b, K, Kp, j0, ncols, ks, round, dst);
+  else pack_b_dispatch<uint16_t>(b, K, Kp, j0, ncols, ks, round, dst);
+}
+
+size_t packed_b_bytes(const KernelSet& ks, int64_t K, int64_t ncols) {
+  return size_t(packed_k(ks.format, K)) * size_t(round_up(ncols, ks.nr)) * format_bytes(ks.format);
+}
+
+// A in the micro-kernel's form: used in place when it already is (fp32 or
+// bf16 rows along k that need no rounding or padding), else packed.
+struct PreparedA {
+  const void* data;
+  int64_t ld;
+};
+
+PreparedA prepare_a(const MatrixRef& a, int64_t M, int64_t K, const KernelSet& ks, bool round) {
+  const bool f32 = ks.format == PackFormat::f32;
+  const ElemType want = f32 ? ElemType::f32 : ElemType::bf16;
+  // Rows 4 KiB apart share L1 sets: an MR-row tile would evict itself.
+  const bool aliasing = M > 1 && (a.ld * int64_t(elem_bytes(a.type))) % 4096 == 0;
+  const bool usable = a.type == want && !a.trans && !(f32 && round) && (f32 || K % 2 == 0) && !aliasing;
+  if (usable || M == 0) return {a.data, a.ld};
+  const int64_t Kp = packed_k(ks.format, K);
+  const int64_t ld = round_up(std::max<int64_t>(Kp, 1), 32) + 64 / int64_t(format_bytes(ks.format));
+  void* dst = t_scratch.a.get(size_t(M) * ld * format_bytes(ks.format));
+  if (f32) {
+    if (a.type == ElemType::f32) pack_a_rows<float, float>(a, M, K, Kp, round, static_cast<float*>(dst), ld);
+    else pack_a_rows<float, uint16_t>(a, M, K, Kp, round, static_cast<float*>(dst), ld);
+  } else {
+    if (a.type == ElemType::f32) pack_a_rows<uint16_t, float>(a, M, K, Kp, round, static_cast<uint16_t*>(dst), ld);
+    else pack_a_rows<uint16_t, uint16_t>(a, M, K, Kp, round, static_cast<uint16_t*>(dst), ld);
+  }
+  return {dst, ld};
+}
+
+// ---- the blocked loop -----------------------------------------------------
+
+struct Operands {
+  int64_t M, N, K;
+  PreparedA a;
+  const std::byte* packed_b;  // whole B in panels, or null: pack each N block from b
+  MatrixRef b;
+  bool round;                 // bf16 math emulated in fp32: round B while packing
+  OutputRef c;
+  Epilogue ep;
+};
+
+constexpr int kMaxMr = 16, kMaxNr = 64;  // bounds on every KernelSet's mr and nr (staging buffers)
+
+// Stores one finished tile; edge tiles narrower than NR go through a
+// full-width staging buffer so micro-kernels only ever store whole vectors.
+void finish_tile(const KernelSet& ks, detail::MicroArgs& args, const Operands& op, int64_t row, int64_t col,
+                 int n) {
+  const Epilogue& ep = op.ep;
+  const size_t cb = elem_bytes(op.c.type), rb = elem_bytes(ep.residual_type);
+  detail::TileStore ts{static_cast<std::byte*>(op.c.data) + (row * op.c.ld + col) * cb,
+                       op.c.ld,
+                       op.c.type,
+                       ep.alpha,
+                       ep.bias ? ep.bias + col : nullptr,
+                       ep.act,
+                       ep.residual ? static_cast<const std::byte*>(ep.residual) + (row * ep.residual_ld + col) * rb
+                                   : nullptr,
+                       ep.residual_ld,
+                       ep.residual_type};
+  args.out = &ts;
+  if (n == ks.nr) {
+    ks.micro(args);
+    return;
+  }
+  alignas(64) float c_stage[kMaxMr * kMaxNr];
+  alignas(64) float r_stage[kMaxMr * kMaxNr] = {};
+  alignas(64) float bias_stage[kMaxNr] = {};
+  std::byte* c_dst = static_cast<std::byte*>(ts.c);
+  if (ts.bias) {
+    std::memcpy(bias_stage, ts.bias, n * sizeof(float));
+    ts.bias = bias_stage;
+  }
+  if (ts.res) {
+    for (int i = 0; i < args.m; ++i)
+      std::memcpy(reinterpret_cast<std::byte*>(r_stage) + i * ks.nr * rb,
+                  static_cast<const std::byte*>(ts.res) + i * ts.ldr * rb, n * rb);
+    ts.res = r_stage;
+    ts.ldr = ks.nr;
+  }
+  ts.c = c_stage;
+  ts.ldc = ks.nr;
+  ks.micro(args);
+  for (int i = 0; i < args.m; ++i)
+    std::memcpy(c_dst + i * op.c.ld * cb, reinterpret_cast<const std::byte*>(c_stage) + i * ks.nr * cb, n * cb);
+}
+
+void run_blocked(const KernelSet& ks, const Operands& op) {
+  const int64_t M = op.M, N = op.N, K = op.K;
+  if (M == 0 || N == 0) return;
+  const size_t fb = format_bytes(ks.format);
+  const int64_t Kp = packed_k(ks.format, K);
+  const int64_t k_blocks = K == 0 ? 1 : (K + ks.kc - 1) / ks.kc;
+  const int64_t ld_acc = round_up(std::min<int64_t>(ks.nc, N), ks.nr);
+  float* acc = k_blocks > 1 ? static_cast<float*>(t_scratch.acc.get(size_t(ks.mc) * ld_acc * sizeof(float)))
+                            : nullptr;
+  const auto* a = static_cast<const std::byte*>(op.a.data);
+
+  for (int64_t jc = 0; jc < N; jc += ks.nc) {
+    const int64_t ncb = std::min<int64_t>(ks.nc, N - jc);
+    const std::byte* bblk;
+    if (op.packed_b) {
+      bblk = op.packed_b + size_t(jc) * Kp * fb;  // jc is a multiple of nr: whole panels
+    } else {
+      void* dst = t_scratch.b.get(packed_b_bytes(ks, K, ncb));
+      pack_b(op.b, K, jc, ncb, ks, op.round, dst);
+      bblk = static_cast<const std::byte*>(dst);
+    }
+    for (int64_t ic = 0; ic < M; ic += ks.mc) {
+      const int64_t mcb = std::min<int64_t>(ks.mc, M - ic);
+      for (int64_t kb = 0; kb < k_blocks; ++kb) {
+        const int64_t pc = kb * ks.kc;
+        const int64_t kcb = std::min<int64_t>(ks.kc, K - pc);
+        const bool last = kb == k_blocks - 1;
+        for (int64_t jr = 0; jr < ncb; jr += ks.nr) {
+          const int n = int(std::min<int64_t>(ks.nr, ncb - jr));
+          const std::byte* bpanel = bblk + size_t(jr * Kp + pc * ks.nr) * fb;
+          for (int64_t ir = 0; ir < mcb; ir += ks.mr) {
+            detail::MicroArgs args{ks.format == PackFormat::f32 ? kcb : (kcb + 1) / 2,
+                                   a + size_t((ic + ir) * op.a.ld + pc) * fb,
+                                   op.a.ld,
+                                   bpanel,
+                                   int(std::min<int64_t>(ks.mr, mcb - ir)),
+                                   acc ? acc + ir * ld_acc + jr : nullptr,
+                                   ld_acc,
+                                   kb > 0,
+                                   nullptr};
+            if (last) finish_tile(ks, args, op, ic + ir, jc + jr, n);
+            else ks.micro(args);
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---- argument checks and path selection --------------------------------------
+
+[[noreturn]] void fail(const std::string& msg) { throw Error("gemm: " + msg); }
+
+void check_matrix(const char* name, const MatrixRef& x, int64_t rows, int64_t cols) {
+  if (x.type == ElemType::f16) fail(std::string(name) + " is fp16; inputs must be fp32 or bf16");
+  const int64_t row_len = x.trans ? rows : cols;
+  if (x.ld < row_len)
+    fail(std::string(name) + " has ld " + std::to_string(x.ld) + " < its stored row length " +
+         std::to_string(row_len));
+  if (!x.data && rows > 0 && cols > 0) fail(std::string(name) + " is null");
+}
+
+void check_output(const OutputRef& c, const Epilogue& ep, int64_t M, int64_t N) {
+  if (c.ld < N) fail("C has ld " + std::to_string(c.ld) + " < N = " + std::to_string(N));
+  if (M > 0 && N > 0 && !c.data) fail("C is null");
+  if (ep.residual && ep.residual_ld < N)
+    fail("the residual has ld " + std::to_string(ep.residual_ld) + " < N = " + std::to_string(N));
+}
+
+void check_dims(int64_t M, int64_t N, int64_t K) {
+  if (M < 0 || N < 0 || K < 0)
+    fail("negative size M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K));
+}
+
+const KernelSet& kernel_set(Isa isa, GemmMath math) {
+  if (!isa_usable(isa)) fail("the " + std::string(isa_name(isa)) + " kernels cannot run on this CPU");
+#if defined(__x86_64__)
+  switch (isa) {
+    case Isa::amx:
+      // Extension point: AMX tile kernels (tdpbf16ps on 16×32 bf16 tiles, B
+      // packed in the tile layout) belong here as KernelSets of their own. Until
+      // they exist, AMX machines run the AVX-512 kernels.
+    case Isa::avx512:
+      return math == GemmMath::bf16 && cpu_features().avx512_bf16 ? detail::kAvx512Bf16 : detail::kAvx512F32;
+    case Isa::avx2: return detail::kAvx2F32;
+    case Isa::generic: break;
+  }
+#endif
+  return detail::kGenericF32;
+}
+
+// bf16 math on an fp32 kernel: operands are rounded to bf16 values while packed.
+bool emulate_bf16(const KernelSet& ks, GemmMath math) {
+  return math == GemmMath::bf16 && ks.format == PackFormat::f32;
+}
+
+}  // namespace
+
+// ---- PackedB ----------------------------------------------------------------
+
+struct PackedB::Impl {
+  const KernelSet* ks;
+  Isa isa;
+  GemmMath math;
+  int64_t K, N;
+  size_t bytes;
+  AlignedBytes data;
+};
+
+PackedB::PackedB(const MatrixRef& b, int64_t K, int64_t N, GemmMath math, Isa isa) {
+  check_dims(0, N, K);
+  check_matrix("B", b, K, N);
+  const KernelSet& ks = kernel_set(isa, math);
+  const size_t bytes = packed_b_bytes(ks, K, N);
+  impl_.reset(new Impl{&ks, isa, math, K, N, bytes, aligned_alloc_bytes(bytes)});
+  if (K > 0 && N > 0) pack_b(b, K, 0, N, ks, emulate_bf16(ks, math), impl_->data.get());
+}
+
+PackedB::PackedB(PackedB&&) noexcept = default;
+PackedB& PackedB::operator=(PackedB&&) noexcept = default;
+PackedB::~PackedB() = default;
+
+int64_t PackedB::k() const { return impl_->K; }
+int64_t PackedB::n() const { return impl_->N; }
+GemmMath PackedB::math() const { return impl_->math; }
+Isa PackedB::isa() const { return impl_->isa; }
+size_t PackedB::bytes() const { return impl_->bytes; }
+
+// ---- entry points -------------------------------------------------------------
+
+void gemm(int64_t M, int64_t N, int64_t K, const MatrixRef& a, const MatrixRef& b, const OutputRef& c,
+          const Epilogue& ep, GemmMath math, Isa isa) {
+  check_dims(M, N, K);
+  check_matrix("A", a, M, K);
+  check_matrix("B", b, K, N);
+  check_output(c, ep, M, N);
+  const KernelSet& ks = kernel_set(isa, math);
+  const bool round = emulate_bf16(ks, math);
+  run_blocked(ks, Operands{M, N, K, prepare_a(a, M, K, ks, round), nullptr, b, round, c, ep});
+}
+
+void gemm(int64_t M, const MatrixRef& a, const PackedB& b, const OutputRef& c, const Epilogue& ep) {
+  const PackedB::Impl& pb = b.impl();
+  check_dims(M, pb.N, pb.K);
+  check_matrix("A", a, M, pb.K);
+  check_output(c, ep, M, pb.N);
+  const KernelSet& ks = *pb.ks;
+  const bool round = emulate_bf16(ks, pb.math);
+  run_blocked(ks, Operands{M, pb.N, pb.K, prepare_a(a, M, pb.K, ks, round), pb.data.get(), MatrixRef{}, round, c, ep});
+}
+
+}  // namespace milrt::kernels
