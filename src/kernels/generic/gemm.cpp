@@ -237,7 +237,7 @@ void pack_b_panels(const MatrixRef& b, int64_t K, int64_t Kp, int64_t j0, int64_
     auto idx = [&](int64_t k, int64_t j) {
       return fmt == PackFormat::f32 ? k * nr + j : (k / 2) * 2 * nr + 2 * j + (k & 1);
     };
-    std::memset(static_cast<void*>(panel), 0, size_t(Kp) * nr * sizeof(Dst));
+    if (Kp > 0) std::memset(static_cast<void*>(panel), 0, size_t(Kp) * nr * sizeof(Dst));
     if (!b.trans) {
       for (int64_t k = 0; k < K; ++k)
         for (int64_t j = 0; j < width; ++j) panel[idx(k, j)] = convert<Dst>(at<Src>(b, k, jbase + j), round);
