@@ -42,6 +42,9 @@ Tensor conv_weight(const Tensor& w, const std::string& name, int64_t rows, int64
 
 // A FunctionBuilder with the seed's recurring idioms. Every constant is a
 // `const` op, as in the seed's text, and values keep the seed's names.
+// 1/sqrt(head dim), the attention score scale.
+double score_scale(const SeedLayerConfig& c) { return 1.0 / std::sqrt(double(c.dim / c.heads)); }
+
 class Kernel {
  public:
   Kernel(const SeedLayerConfig& c, int64_t in_channels) : c_(c), f_("main") {
@@ -92,6 +95,19 @@ class Kernel {
     return f_.op("transpose", out, {{"perm", perm}, {"x", r}});
   }
 
+  // Causal attention probabilities softmax(Q·Kᵀ·scale + mask), as both the
+  // forward kernel and the first backward kernel compute them; `no` and `yes`
+  // are the kernel's false/true constants for the transpose flags.
+  Value attention_probs(const std::string& out, const Value& q, const Value& k, const Value& no, const Value& yes) {
+    Value sc1 = op("matmul", "sc1", {{"transpose_x", no}, {"transpose_y", yes}, {"x", q}, {"y", k}});
+    Value scv = f16("scv", score_scale(c_));
+    Value sc2 = op("mul", "sc2", {{"x", sc1}, {"y", scv}});
+    Value cm = tensor("cm", seed_causal_mask(c_.seq));
+    Value ms = op("add", "ms", {{"x", sc2}, {"y", cm}});
+    Value sax = i32("sax", -1);
+    return op("softmax", out, {{"axis", sax}, {"x", ms}});
+  }
+
   // The seed's in-kernel RMSNorm: x * (mean(x^2) + eps)^-0.5 * w.
   Value rmsnorm(const Tensor& w, const std::string& w_name) {
     check_weight(w, w_name, {c_.dim});
@@ -128,8 +144,6 @@ class Kernel {
   Value x_, pt_, st_, pd_, dl_, gr_;
 };
 
-// 1/sqrt(head dim), the attention score scale.
-double score_scale(const SeedLayerConfig& c) { return 1.0 / std::sqrt(double(c.dim / c.heads)); }
 
 }  // namespace
 
@@ -158,13 +172,7 @@ Program seed_sdpa_fwd_taps(const SeedLayerConfig& c, const SeedLayerWeights& w) 
   Value v = k.to_heads("v4", "v", vf, qsh, pm);
   Value tx = k.boolean("tx", false);
   Value ty = k.boolean("ty", true);
-  Value sc1 = k.op("matmul", "sc1", {{"transpose_x", tx}, {"transpose_y", ty}, {"x", q}, {"y", kk}});
-  Value scv = k.f16("scv", score_scale(c));
-  Value sc2 = k.op("mul", "sc2", {{"x", sc1}, {"y", scv}});
-  Value cm = k.tensor("cm", seed_causal_mask(c.seq));
-  Value ms = k.op("add", "ms", {{"x", sc2}, {"y", cm}});
-  Value sax = k.i32("sax", -1);
-  Value aw = k.op("softmax", "aw", {{"axis", sax}, {"x", ms}});
+  Value aw = k.attention_probs("aw", q, kk, tx, ty);
   Value a4 = k.op("matmul", "a4", {{"transpose_x", tx}, {"transpose_y", tx}, {"x", aw}, {"y", v}});
   Value at = k.op("transpose", "at", {{"perm", pm}, {"x", a4}});
   Value os = k.ints("os", {1, c.dim, 1, c.seq});
@@ -265,13 +273,7 @@ Program seed_sdpa_bwd1(const SeedLayerConfig& c, const SeedLayerWeights& w) {
   Value bf = k.boolean("bF", false);
   Value bt = k.boolean("bT", true);
   // The forward's probabilities, recomputed.
-  Value sc1 = k.op("matmul", "sc1", {{"transpose_x", bf}, {"transpose_y", bt}, {"x", q}, {"y", kk}});
-  Value scv = k.f16("scv", score_scale(c));
-  Value sc2 = k.op("mul", "sc2", {{"x", sc1}, {"y", scv}});
-  Value cm = k.tensor("cm", seed_causal_mask(c.seq));
-  Value ms = k.op("add", "ms", {{"x", sc2}, {"y", cm}});
-  Value sax = k.i32("sax", -1);
-  Value probs = k.op("softmax", "probs", {{"axis", sax}, {"x", ms}});
+  Value probs = k.attention_probs("probs", q, kk, bf, bt);
   Value dv4 = k.op("matmul", "dv4", {{"transpose_x", bt}, {"transpose_y", bf}, {"x", probs}, {"y", da}});
   Value dp4 = k.op("matmul", "dp4", {{"transpose_x", bf}, {"transpose_y", bt}, {"x", da}, {"y", v}});
   Value dvt = k.op("transpose", "dvt", {{"perm", pm}, {"x", dv4}});
