@@ -35,6 +35,12 @@ void ensure_ops_registered() {
     register_elementwise_ops();
     register_linalg_ops();
     register_tensor_ops();
+    register_state_ops();
+    register_fused_elementwise_ops();
+    register_fused_gemm_ops();
+    register_fused_attention_ops();
+    register_fused_norm_ops();
+    register_fused_conv_ops();
   });
 }
 

@@ -94,6 +94,14 @@ void register_const_ops();        // const, constexpr_*
 void register_elementwise_ops();  // binary, comparison, logical, unary, activations, softmax, clip, cast
 void register_linalg_ops();       // matmul, linear, conv, norms, lstm, scaled_dot_product_attention
 void register_tensor_ops();       // reshape ... topk, reductions
+void register_state_ops();        // read_state, coreml_update_state (ios18 state<> values)
+// milrt's own fused ops (type milrt_*), made only by the fusion passes. Each
+// carries `fused_from`: the output names of the MIL ops it replaced.
+void register_fused_elementwise_ops();  // milrt_elementwise
+void register_fused_gemm_ops();         // milrt_gemm
+void register_fused_attention_ops();    // milrt_softmax, milrt_attention
+void register_fused_norm_ops();         // milrt_rms_norm
+void register_fused_conv_ops();         // milrt_conv
 
 // Calls every register_*_ops() once.
 void ensure_ops_registered();

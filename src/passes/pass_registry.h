@@ -10,5 +10,11 @@ void cse(Program& p);                      // cse.cpp
 void dce(Program& p);                      // dce.cpp
 void canonicalize(Program& p);             // canonicalize.cpp
 void decompose(Program& p);                // decompose.cpp
+void fuse_attention(Program& p);           // fuse_attention.cpp
+void fuse_norms(Program& p);               // fuse_norms.cpp
+void fuse_gemm_epilogue(Program& p);       // fuse_gemm_epilogue.cpp
+void fuse_conv_epilogue(Program& p);       // fuse_conv_epilogue.cpp
+void fuse_elementwise(Program& p);         // fuse_elementwise.cpp
+void schedule(Program& p);                 // schedule.cpp
 
 }  // namespace milrt::passes

@@ -17,6 +17,18 @@ const std::vector<PassInfo>& all_passes() {
        passes::canonicalize},
       {"decompose", "expand rms_norm, layer_norm, silu, gelu, softplus, sigmoid_hard, relu6, leaky_relu into primitives",
        passes::decompose},
+      {"fuse-attention", "Q·Kᵀ → scale → mask → softmax → ·V (and scaled_dot_product_attention) into milrt_attention; "
+                         "softmax with its scale and mask into milrt_softmax",
+       passes::fuse_attention},
+      {"fuse-norms", "the RMSNorm idiom (x·x → reduce → scale → +eps → rsqrt → ·x → ·gamma) into milrt_rms_norm",
+       passes::fuse_norms},
+      {"fuse-gemm-epilogue", "matmul/linear with bias, activation, residual add and scale into milrt_gemm",
+       passes::fuse_gemm_epilogue},
+      {"fuse-conv-epilogue", "conv with its bias and activation (relu, clip, sigmoid, silu) into milrt_conv",
+       passes::fuse_conv_epilogue},
+      {"fuse-elementwise", "chains of elementwise ops into one milrt_elementwise loop", passes::fuse_elementwise},
+      {"schedule", "order ops for execution: topological, each op as late as its first consumer allows",
+       passes::schedule},
   };
   return passes;
 }

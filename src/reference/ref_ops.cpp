@@ -26,6 +26,12 @@ void ensure_ref_ops_registered() {
     register_ref_elementwise_ops();
     register_ref_linalg_ops();
     register_ref_tensor_ops();
+    register_ref_state_ops();
+    register_ref_fused_elementwise_ops();
+    register_ref_fused_gemm_ops();
+    register_ref_fused_attention_ops();
+    register_ref_fused_norm_ops();
+    register_ref_fused_conv_ops();
   });
 }
 

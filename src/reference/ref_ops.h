@@ -81,6 +81,12 @@ void register_ref_const_ops();
 void register_ref_elementwise_ops();
 void register_ref_linalg_ops();
 void register_ref_tensor_ops();
+void register_ref_state_ops();
+void register_ref_fused_elementwise_ops();
+void register_ref_fused_gemm_ops();
+void register_ref_fused_attention_ops();
+void register_ref_fused_norm_ops();
+void register_ref_fused_conv_ops();
 void ensure_ref_ops_registered();
 
 }  // namespace milrt::ref

@@ -69,7 +69,33 @@ void register_linalg_lowerings();
 void register_tensor_lowerings();
 void register_slicing_lowerings();
 void register_nn_lowerings();
+void register_softmax_lowerings();            // lower/softmax.cpp
+void register_reduce_lowerings();             // lower/reduce.cpp
+void register_fused_elementwise_lowerings();  // lower/fused_elementwise.cpp: milrt_elementwise
+void register_fused_gemm_lowerings();         // lower/fused_gemm.cpp: milrt_gemm
+void register_fused_attention_lowerings();    // lower/fused_attention.cpp: milrt_softmax, milrt_attention, sdpa
+void register_fused_norm_lowerings();         // lower/fused_norm.cpp: milrt_rms_norm, layer_norm
+void register_fused_conv_lowerings();         // lower/fused_conv.cpp: milrt_conv
+void register_state_lowerings();              // lower/state.cpp: read_state, coreml_update_state
 void ensure_lowerings_registered();
+
+// Shape helpers shared by lowerings.
+// `axis` normalized into [0, rank); an error at `op` when out of range.
+inline int64_t norm_axis(const Op& op, int64_t axis, int64_t rank) {
+  int64_t a = axis < 0 ? axis + rank : axis;
+  if (a < 0 || a >= rank) throw_op_error(op, "axis out of range");
+  return a;
+}
+// [outer, n, inner] around axes [first, last] of `s`.
+inline void split_dims(const Shape& s, int64_t first, int64_t last, int64_t& outer, int64_t& n, int64_t& inner) {
+  outer = n = inner = 1;
+  for (int64_t i = 0; i < int64_t(s.size()); ++i) (i < first ? outer : i <= last ? n : inner) *= s[size_t(i)];
+}
+
+// The MIL ops a step implements, as `milrt inspect` lists them: the op's
+// outputs, or for a fused op (type milrt_*) the original ops named in its
+// `fused_from` attribute (a string of space-separated output names).
+std::vector<std::string> implemented_ops(const Op& op);
 
 // A Step running a lambda: most lowerings need nothing more.
 template <class F>
@@ -77,7 +103,7 @@ class FnStep final : public Step {
  public:
   FnStep(std::string kernel, const Op& op, F f) : f_(std::move(f)) {
     info.kernel = std::move(kernel);
-    for (auto& o : op.outputs) info.ops.push_back(o.name);
+    info.ops = implemented_ops(op);
   }
   void run(const Frame& fr) const override { f_(fr); }
  private:

@@ -52,7 +52,31 @@ void ensure_lowerings_registered() {
     register_tensor_lowerings();
     register_slicing_lowerings();
     register_nn_lowerings();
+    register_softmax_lowerings();
+    register_reduce_lowerings();
+    register_fused_elementwise_lowerings();
+    register_fused_gemm_lowerings();
+    register_fused_attention_lowerings();
+    register_fused_norm_lowerings();
+    register_fused_conv_lowerings();
+    register_state_lowerings();
   });
+}
+
+std::vector<std::string> implemented_ops(const Op& op) {
+  std::vector<std::string> r;
+  if (const Arg* a = op.arg("fused_from"); a && a->kind == Arg::Kind::Const && a->lit->value.dtype() == DType::String &&
+                                            a->lit->value.numel() == 1) {
+    std::string s = a->lit->value.strings()[0], cur;
+    for (char c : s + " ") {
+      if (c != ' ') { cur += c; continue; }
+      if (!cur.empty()) r.push_back(cur);
+      cur.clear();
+    }
+  }
+  if (r.empty())
+    for (auto& o : op.outputs) r.push_back(o.name);
+  return r;
 }
 
 int64_t LowerCtx::const_int(const Op& op, const std::string& key, std::optional<int64_t> def) {

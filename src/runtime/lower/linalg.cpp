@@ -1,4 +1,4 @@
-// Lowering of matmul, linear, softmax, reductions and rms_norm.
+// Lowering of matmul and linear.
 #include <algorithm>
 #include <map>
 
@@ -7,20 +7,6 @@
 
 namespace milrt::rt {
 namespace {
-using kernels::Reduce;
-
-int64_t norm_axis(const Op& op, int64_t axis, int64_t rank) {
-  int64_t a = axis < 0 ? axis + rank : axis;
-  if (a < 0 || a >= rank) throw_op_error(op, "axis out of range");
-  return a;
-}
-
-// [outer, n, inner] around axes [first, last] of `s`.
-void split_dims(const Shape& s, int64_t first, int64_t last, int64_t& outer, int64_t& n, int64_t& inner) {
-  outer = n = inner = 1;
-  for (int64_t i = 0; i < int64_t(s.size()); ++i) (i < first ? outer : i <= last ? n : inner) *= s[size_t(i)];
-}
-
 std::unique_ptr<Step> lower_matmul(const Op& op, LowerCtx& ctx) {
   ValueRef x = ctx.input(op, "x"), y = ctx.input(op, "y"), o = ctx.output(op);
   if (x.dtype != DType::FP32 || y.dtype != DType::FP32) throw_op_error(op, "only float matmul compiles");
@@ -85,67 +71,11 @@ std::unique_ptr<Step> lower_linear(const Op& op, LowerCtx& ctx) {
   return step;
 }
 
-std::unique_ptr<Step> lower_softmax(const Op& op, LowerCtx& ctx) {
-  ValueRef x = ctx.input(op, "x"), o = ctx.output(op);
-  int64_t axis = norm_axis(op, ctx.const_int(op, "axis", -1), int64_t(x.shape.size()));
-  int64_t outer, n, inner;
-  split_dims(x.shape, axis, axis, outer, n, inner);
-  int ix = x.id, io = o.id;
-  return make_step("softmax", op, [=](const Frame& f) { kernels::softmax_f32(f.at<float>(ix), f.at<float>(io), outer, n, inner); });
-}
-
-const std::map<std::string, Reduce>& reductions() {
-  static const std::map<std::string, Reduce> m = {
-      {"reduce_sum", Reduce::Sum}, {"reduce_mean", Reduce::Mean}, {"reduce_max", Reduce::Max},
-      {"reduce_min", Reduce::Min}, {"reduce_prod", Reduce::Prod}, {"reduce_l1_norm", Reduce::L1},
-      {"reduce_l2_norm", Reduce::L2}, {"reduce_sum_square", Reduce::SumSquare},
-      {"reduce_log_sum", Reduce::LogSum}, {"reduce_log_sum_exp", Reduce::LogSumExp}};
-  return m;
-}
-
-std::unique_ptr<Step> lower_reduce(const Op& op, LowerCtx& ctx) {
-  ValueRef x = ctx.input(op, "x"), o = ctx.output(op);
-  if (x.dtype != DType::FP32) throw_op_error(op, "only float reductions compile");
-  int64_t rank = int64_t(x.shape.size());
-  std::vector<int64_t> axes;
-  if (op.has("axes")) {
-    for (int64_t a : ctx.const_ints(op, "axes")) axes.push_back(norm_axis(op, a, rank));
-  } else {
-    for (int64_t a = 0; a < rank; ++a) axes.push_back(a);
-  }
-  std::sort(axes.begin(), axes.end());
-  // Size-1 dims do not matter: the reduced dims must form one contiguous run otherwise.
-  std::vector<int64_t> real;
-  for (int64_t a : axes) if (x.shape[size_t(a)] != 1) real.push_back(a);
-  for (size_t i = 1; i < real.size(); ++i)
-    for (int64_t d = real[i - 1] + 1; d < real[i]; ++d)
-      if (x.shape[size_t(d)] != 1) throw_op_error(op, "reducing non-adjacent axes is not compiled yet");
-  int64_t outer = 1, n = 1, inner = 1;
-  if (real.empty()) { outer = x.numel(); }
-  else split_dims(x.shape, real.front(), real.back(), outer, n, inner);
-  Reduce kind = reductions().at(op.type);
-  int ix = x.id, io = o.id;
-  return make_step("reduce:" + op.type, op, [=](const Frame& f) { kernels::reduce_f32(kind, f.at<float>(ix), f.at<float>(io), outer, n, inner); });
-}
-
-std::unique_ptr<Step> lower_arg_reduce(const Op& op, LowerCtx& ctx) {
-  ValueRef x = ctx.input(op, "x"), o = ctx.output(op);
-  int64_t axis = norm_axis(op, ctx.const_int(op, "axis", -1), int64_t(x.shape.size()));
-  int64_t outer, n, inner;
-  split_dims(x.shape, axis, axis, outer, n, inner);
-  bool is_max = op.type == "reduce_argmax";
-  int ix = x.id, io = o.id;
-  return make_step(op.type, op, [=](const Frame& f) { kernels::arg_reduce_f32(is_max, f.at<float>(ix), f.at<int32_t>(io), outer, n, inner); });
-}
 }  // namespace
 
 void register_linalg_lowerings() {
   register_lowering("matmul", lower_matmul);
   register_lowering("linear", lower_linear);
-  register_lowering("softmax", lower_softmax);
-  for (auto& [name, kind] : reductions()) register_lowering(name, lower_reduce);
-  register_lowering("reduce_argmax", lower_arg_reduce);
-  register_lowering("reduce_argmin", lower_arg_reduce);
 }
 
 }  // namespace milrt::rt

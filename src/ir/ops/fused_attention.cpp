@@ -1,0 +1,6 @@
+// (placeholder until the op lands)
+#include "ir/op_registry.h"
+
+namespace milrt {
+void register_fused_attention_ops() {}
+}  // namespace milrt

@@ -1,0 +1,6 @@
+// (placeholder until the op lands)
+#include "reference/ref_ops.h"
+
+namespace milrt::ref {
+void register_ref_fused_attention_ops() {}
+}  // namespace milrt::ref
