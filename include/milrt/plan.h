@@ -5,10 +5,31 @@
 //   milrt::Plan plan = milrt::compile(program);          // passes, lowering, memory plan
 //   milrt::TensorMap out = plan.run({{"x", x}});          // convenience: allocates outputs
 //
+//   plan.bind("x", x_ptr); plan.bind("y", y_ptr);         // zero copy: caller memory
+//   plan.run();                                           // no copies, no allocation
+//
 // Floating-point values are computed and stored in fp32 inside a plan, also
 // for fp16 programs (more accurate than fp16 hardware, which rounds after
 // every op); integers in int32, bools in one byte. Inputs are converted from
 // their given dtype on the way in, outputs to their declared dtype on the way out.
+//
+// States. A plan owns one persistent buffer per state: each `state<tensor>`
+// parameter of an iOS18 stateful function, and each input named by
+// CompileOptions::state_aliases. States are zero after compile, survive runs,
+// and are not inputs of run(): read them with state(), write them with
+// set_state(), zero them with reset_state(). Like every plan value they are
+// stored in fp32 for float dtypes, so an fp16 state keeps fp32 precision
+// between runs (state() rounds to the declared dtype on the way out).
+//  - coreml_update_state copies its value into the buffer at its place in
+//    the program, so later reads in the same run see it. The results of
+//    read_state and coreml_update_state are the buffer itself, without a
+//    copy, whenever they are consumed before the next update of that state
+//    (else they are copies).
+//  - A state alias {output -> input} writes the output's value into the
+//    input's state buffer in every run: computed directly into the buffer when
+//    the input is not read after the output's op starts (the op itself may
+//    read it when it runs elementwise in place), else copied at the end of
+//    the run. The output stays an output of run().
 #pragma once
 #include <map>
 #include <memory>
@@ -24,9 +45,14 @@ struct CompileOptions {
   std::string function = "main";
   // Pass pipeline run before lowering (names as in `milrt opt --list`).
   std::vector<std::string> passes = {"legalize-layout-idioms", "fold-constexpr", "canonicalize", "decompose",
-                                     "cse", "dce"};
+                                     "sink-reshapes", "cse", "dce", "fuse-attention", "fuse-norms", "fuse-gemm-epilogue",
+                                     "fuse-conv-epilogue", "fuse-elementwise", "dce", "schedule"};
   // Shapes for inputs with '?' dims (flexible-shape models): a plan is for static shapes.
   std::map<std::string, Shape> input_shapes;
+  // In-place accumulation (training steps, KV caches): {output name -> input
+  // name}; the input becomes a plan state that each run updates with the
+  // output's value (see States above). Same shape and dtype required.
+  std::map<std::string, std::string> state_aliases;
 };
 
 class Plan {
@@ -48,15 +74,45 @@ class Plan {
   Plan& operator=(Plan&&) noexcept;
   ~Plan();
 
-  const std::vector<Port>& inputs() const;
+  const std::vector<Port>& inputs() const;    // what run() takes: states excluded
   const std::vector<Port>& outputs() const;
+  const std::vector<Port>& states() const;
   std::vector<StepInfo> steps() const;
   size_t arena_bytes() const;          // planned intermediates
   size_t intermediate_bytes() const;   // what they would take without reuse
 
   // Runs the plan. Inputs are converted to the declared dtypes; a shape other
   // than the plan's is an error. Not thread-safe: one run at a time per plan.
+  // Plan-owned buffers are used for every input and output; bindings are
+  // ignored (and kept for the next run()).
   TensorMap run(const TensorMap& inputs);
+
+  // Zero-copy bindings. `data` is caller memory for input or output `name`
+  // in the plan's storage dtype (fp32 for float values, int32 for integers,
+  // bool as one byte; see storage_dtype()) and the port's shape, element-aligned,
+  // valid until unbound or rebound. A dtype other than the storage dtype, or an
+  // unknown name, is an error; unbind() (or a nullptr) undoes a binding.
+  // run() then reads bound inputs and writes bound outputs in place: no copy,
+  // no allocation once kernels' per-thread scratch has grown on a first run
+  // (outputs left unbound are computed into plan memory and not delivered). An output that is not computed by an op of its own (one that
+  // the function returns twice, an input, or a state alias computed in its
+  // state buffer) is copied into its bound memory at the end of run().
+  void bind(const std::string& name, void* data, DType dtype);
+  void bind(const std::string& name, float* data) { bind(name, data, DType::FP32); }
+  void bind(const std::string& name, int32_t* data) { bind(name, data, DType::Int32); }
+  void bind(const std::string& name, bool* data) { bind(name, data, DType::Bool); }
+  void unbind(const std::string& name);
+  // Binds a tensor's own (mutable) memory; its dtype and shape must match.
+  void bind(const std::string& name, Tensor& t);
+  // Runs on the bound memory; every input must be bound.
+  void run();
+  // How a value of declared dtype `d` is stored (what bind() expects).
+  static DType storage_dtype(DType d);
+
+  // Persistent states (see above): by parameter (or aliased input) name.
+  Tensor state(const std::string& name) const;               // declared dtype
+  void set_state(const std::string& name, const Tensor& value);  // converted; shape must match
+  void reset_state();                                         // every state to zero
 
   struct Impl;
  private:

@@ -16,6 +16,15 @@ using TensorMap = std::map<std::string, Tensor>;
 // op and its source position.
 TensorMap run_reference(const Program& p, const std::string& fn, const TensorMap& inputs);
 
+// Stateful functions (iOS18 `state<tensor<...>>` parameters): `states` holds
+// each state's value by parameter name and persists across calls. It is read
+// at the start (a state absent from it starts at zero) and left holding each
+// state's final value, after every coreml_update_state of the call. States
+// are not inputs: naming one in `inputs` is an error here. (The overload
+// without `states` takes a state's initial value from `inputs`, zero when
+// absent, and discards the updates.)
+TensorMap run_reference(const Program& p, const std::string& fn, const TensorMap& inputs, TensorMap& states);
+
 // The same, also returning every intermediate value by name (for debugging
 // and differential tests).
 TensorMap run_reference_all(const Program& p, const std::string& fn, const TensorMap& inputs);

@@ -50,6 +50,11 @@ std::vector<Type> infer_op(const Op& op, const ValueTable& values, const std::st
                                                             std::to_string(s->max_outputs)));
   std::vector<std::pair<std::string, InferInput>> inputs;
   for (auto& in : op.inputs) inputs.emplace_back(in.key, infer_input(op, in.arg, values));
+  // As in coremltools, only the state ops accept a state<...> value (StateInputType).
+  if (op.type != "read_state" && op.type != "coreml_update_state")
+    for (auto& [key, in] : inputs)
+      if (in.type.kind == Type::Kind::State)
+        fail_op(op, "input '" + key + "' is a state: read it with read_state first");
   InferCtx ctx(op, std::move(inputs), opset);
   s->infer(ctx);
   if (ctx.out.size() < op.outputs.size()) fail_op(op, "internal: inference produced too few outputs");

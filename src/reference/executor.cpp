@@ -38,21 +38,42 @@ void gather(const Op& op, const Arg& a, const Env& env, std::vector<Tensor>& out
   }
 }
 
-Env run(const Program& p, const std::string& fn_name, const TensorMap& inputs) {
+bool is_state(const Param& p) { return p.type.kind == Type::Kind::State && p.type.elems.size() == 1; }
+
+// Runs function `fn_name`. State parameters take their values from `states`
+// (zeros when absent) and every coreml_update_state writes back into it, so a
+// later read_state of the same call, and the next call, see the new value.
+Env run(const Program& p, const std::string& fn_name, const TensorMap& inputs, TensorMap& states) {
   const Function* f = p.function(fn_name);
   if (!f) throw Error(p.path + ": error: no function '" + fn_name + "'");
   Env env;
-  for (auto& [name, t] : inputs)
-    if (!f->param(name)) throw Error("error: function '" + fn_name + "' has no input '" + name + "'");
+  for (auto& [name, t] : inputs) {
+    const Param* prm = f->param(name);
+    if (!prm) throw Error("error: function '" + fn_name + "' has no input '" + name + "'");
+    if (is_state(*prm)) throw Error("error: '" + name + "' is a state of function '" + fn_name + "', not an input");
+  }
+  for (auto& [name, t] : states) {
+    const Param* prm = f->param(name);
+    if (!prm || !is_state(*prm)) throw Error("error: function '" + fn_name + "' has no state '" + name + "'");
+  }
   for (auto& prm : f->params) {
-    auto it = inputs.find(prm.name);
-    if (it == inputs.end()) throw Error("error: missing input '" + prm.name + "'");
-    const Type& ty = prm.type.kind == Type::Kind::State ? prm.type.elems[0] : prm.type;
+    const bool state = is_state(prm);
+    const Type& ty = state ? prm.type.elems[0] : prm.type;
+    const TensorMap& from = state ? states : inputs;
+    auto it = from.find(prm.name);
+    if (it == from.end()) {
+      if (!state) throw Error("error: missing input '" + prm.name + "'");
+      if (ty.has_unknown_dims() || ty.dtype == DType::String)
+        throw Error("error: state '" + prm.name + "' of type " + ty.str() + " needs an initial value");
+      env[prm.name] = Tensor(ty.dtype, ty.shape);  // absent states start at zero
+      continue;
+    }
+    const char* what = state ? "state" : "input";
     if (!shape_admits(ty.shape, it->second.shape()))
-      throw Error("error: input '" + prm.name + "' has shape " + shape_str(it->second.shape()) +
+      throw Error(std::string("error: ") + what + " '" + prm.name + "' has shape " + shape_str(it->second.shape()) +
                   " but the function declares " + shape_str(ty.shape));
     if (it->second.dtype() == DType::String || ty.dtype == DType::String)
-      throw Error("error: input '" + prm.name + "': string inputs are not supported");
+      throw Error(std::string("error: ") + what + " '" + prm.name + "': string values are not supported");
     env[prm.name] = it->second.cast(ty.dtype);
   }
   for (auto& op : f->ops) {
@@ -80,13 +101,29 @@ Env run(const Program& p, const std::string& fn_name, const TensorMap& inputs) {
                         o.type.str());
       env[o.name] = std::move(r);
     }
+    if (op.type == "coreml_update_state") {
+      const Arg* st = op.arg("state");
+      if (!st || st->kind != Arg::Kind::Var) fail_op(op, "'state' must name a state parameter");
+      env[st->var] = env[op.outputs[0].name];
+    }
   }
+  for (auto& prm : f->params)
+    if (is_state(prm)) states[prm.name] = env[prm.name];
   return env;
 }
-}  // namespace
 
-TensorMap run_reference(const Program& p, const std::string& fn, const TensorMap& inputs) {
-  Env env = run(p, fn, inputs);
+// States given among `inputs` (the plain entry points) are their initial values.
+Env run_plain(const Program& p, const std::string& fn_name, const TensorMap& inputs) {
+  const Function* f = p.function(fn_name);
+  TensorMap in, states;
+  for (auto& [name, t] : inputs) {
+    const Param* prm = f ? f->param(name) : nullptr;
+    (prm && is_state(*prm) ? states : in)[name] = t;
+  }
+  return run(p, fn_name, in, states);
+}
+
+TensorMap outputs_of(const Program& p, const std::string& fn, const Env& env) {
   TensorMap out;
   for (auto& name : p.function(fn)->outputs) {
     auto it = env.find(name);
@@ -95,9 +132,18 @@ TensorMap run_reference(const Program& p, const std::string& fn, const TensorMap
   }
   return out;
 }
+}  // namespace
+
+TensorMap run_reference(const Program& p, const std::string& fn, const TensorMap& inputs) {
+  return outputs_of(p, fn, run_plain(p, fn, inputs));
+}
+
+TensorMap run_reference(const Program& p, const std::string& fn, const TensorMap& inputs, TensorMap& states) {
+  return outputs_of(p, fn, run(p, fn, inputs, states));
+}
 
 TensorMap run_reference_all(const Program& p, const std::string& fn, const TensorMap& inputs) {
-  Env env = run(p, fn, inputs);
+  Env env = run_plain(p, fn, inputs);
   return TensorMap(env.begin(), env.end());
 }
 

@@ -63,6 +63,14 @@ void register_lowering(const std::string& type, LowerFn fn);
 LowerFn find_lowering(const std::string& type);
 std::vector<std::string> lowered_ops();   // sorted
 
+// Op types whose kernels may write their (single) output over an input of the
+// same shape and element size (out[i] depends only on element i of the inputs
+// and is written after reading them). The memory plan then lets such an
+// output reuse the slot of an input that dies at the op; state aliases may be
+// computed in place. Mark a type when registering its lowering.
+void allow_in_place(const std::string& op_type);
+bool in_place_allowed(const std::string& op_type);
+
 // One registration function per family (src/runtime/lower/*.cpp).
 void register_elementwise_lowerings();
 void register_linalg_lowerings();

@@ -1,9 +1,12 @@
 // compile(): passes, lowering of every op to a Step, memory planning; and
 // Plan::run(): bind addresses, convert inputs, run the steps, convert outputs.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <unordered_map>
 
 #include "milrt/mil.h"
@@ -11,6 +14,9 @@
 #include "milrt/plan.h"
 #include "runtime/lowering.h"
 #include "runtime/memory_plan.h"
+#include "runtime/views.h"
+#include "kernels/cpu_features.h"
+#include "kernels/generic/copy.h"
 
 namespace milrt {
 namespace rt {
@@ -44,6 +50,8 @@ std::vector<std::string> lowered_ops() {
   return r;
 }
 
+void register_elementwise_in_place();  // below
+
 void ensure_lowerings_registered() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -60,7 +68,36 @@ void ensure_lowerings_registered() {
     register_fused_norm_lowerings();
     register_fused_conv_lowerings();
     register_state_lowerings();
+    register_elementwise_in_place();
   });
+}
+
+namespace {
+std::set<std::string>& in_place_table() {
+  static std::set<std::string> t;
+  return t;
+}
+}  // namespace
+
+void allow_in_place(const std::string& type) { in_place_table().insert(type); }
+
+bool in_place_allowed(const std::string& type) {
+  ensure_lowerings_registered();
+  return in_place_table().count(type) > 0;
+}
+
+// Ops of lower/elementwise.cpp whose kernels compute out[i] from the inputs'
+// element i alone, reading it before writing out[i] (kernels/generic/
+// elementwise.h: unary "x and y may alias"; binary and cast loop per element).
+void register_elementwise_in_place() {
+  for (const char* t : {"add", "sub", "mul", "real_div", "maximum", "minimum", "pow", "floor_div", "mod", "equal",
+                        "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and", "logical_or",
+                        "logical_xor", "logical_not", "cast", "abs", "exp", "exp2", "log", "sqrt", "rsqrt",
+                        "inverse", "sin", "cos", "tan", "asin", "acos", "atan", "atanh", "sinh", "cosh", "tanh", "erf",
+                        "floor", "ceil", "round", "sign", "square", "relu", "relu6", "sigmoid", "silu", "softplus",
+                        "softsign", "clip", "leaky_relu", "elu", "threshold", "sigmoid_hard", "scaled_tanh",
+                        "linear_activation", "thresholded_relu", "clamped_relu", "gelu", "milrt_elementwise"})
+    allow_in_place(t);
 }
 
 std::vector<std::string> implemented_ops(const Op& op) {
@@ -116,22 +153,35 @@ std::vector<int64_t> LowerCtx::const_ints(const Op& op, const std::string& key,
 // ---------------------------------------------------------------- the plan
 
 struct Plan::Impl {
-  enum class Kind { Input, Const, Arena, Output };
+  // Input / Output: run()'s ports; State: persistent plan-owned buffers;
+  // Alias: a value computed in (or read from) a State's buffer, see `alias`.
+  // View: another name for its root's bytes (a reshape, a no-op cast), see
+  // runtime/views.h; `alias` is the root.
+  enum class Kind { Input, Const, Arena, Output, State, Alias, View };
   struct Val {
     std::string name;
     DType dtype;       // storage
     Shape shape;
     Kind kind = Kind::Arena;
     size_t offset = 0;  // Arena: in the arena
-    int storage = -1;   // Const / Input / Output: index into `buffers`
+    int storage = -1;   // Const / Input / Output / State: index into `buffers`
+    int alias = -1;     // Alias: the State value whose buffer this value uses
+    size_t bytes() const { return size_t(shape_numel(shape)) * dtype_size(dtype); }
+  };
+  // An aliased output computed outside its state buffer, copied in after the steps.
+  struct WriteBack {
+    int src, state;
   };
   Program program;                    // kept alive: literals back some constants
   std::vector<Val> vals;
   std::unordered_map<std::string, int> ids;
-  std::vector<Tensor> buffers;        // constants, input and output storage
+  std::vector<Tensor> buffers;        // constants, input, output and state storage
   std::vector<std::unique_ptr<rt::Step>> steps;
-  std::vector<Port> inputs, outputs;
-  std::vector<int> input_ids, output_ids;
+  std::vector<Port> inputs, outputs, states;
+  std::vector<int> input_ids, output_ids, state_ids;
+  std::vector<void*> input_bound, output_bound;   // zero-copy bindings (nullptr: none)
+  std::vector<WriteBack> write_backs;
+  std::vector<int> view_ids;
   std::vector<uint8_t> arena;
   rt::Frame frame;
   size_t arena_bytes = 0, intermediate_bytes = 0;
@@ -149,9 +199,90 @@ struct Plan::Impl {
     buffers.push_back(t.cast(vals[size_t(id)].dtype));
     return id;
   }
+  int add_owned(const std::string& name, DType declared, const Shape& shape, Kind kind) {
+    int id = add_val(name, declared, shape, kind);
+    vals[size_t(id)].storage = int(buffers.size());
+    buffers.emplace_back(vals[size_t(id)].dtype, shape);
+    return id;
+  }
+  void* owned(int id) { return buffers[size_t(vals[size_t(id)].storage)].mutable_data(); }
+
+  // Frame pointers of inputs and outputs: bound caller memory, or plan memory.
+  void set_io_pointers(bool use_bindings) {
+    for (size_t i = 0; i < input_ids.size(); ++i)
+      frame.ptr[size_t(input_ids[i])] =
+          use_bindings && input_bound[i] ? input_bound[i] : owned(input_ids[i]);
+    for (size_t i = 0; i < output_ids.size(); ++i)
+      if (vals[size_t(output_ids[i])].kind == Kind::Output) frame.ptr[size_t(output_ids[i])] = owned(output_ids[i]);
+    // An output computed by its op straight into caller memory; when two
+    // ports name one value, the first bound one gets it and the other a copy.
+    if (use_bindings)
+      for (size_t i = 0; i < output_ids.size(); ++i) {
+        int id = output_ids[i];
+        if (!output_bound[i] || vals[size_t(id)].kind != Kind::Output) continue;
+        bool taken = false;
+        for (size_t j = 0; j < i; ++j) taken |= output_ids[j] == id && output_bound[j];
+        if (!taken) frame.ptr[size_t(id)] = output_bound[i];
+      }
+    for (int id : view_ids) frame.ptr[size_t(id)] = frame.ptr[size_t(vals[size_t(id)].alias)];
+  }
+
+  void run_steps() {
+    for (auto& s : steps) s->run(frame);
+    for (auto& w : write_backs) {
+      void* src = frame.ptr[size_t(w.src)];
+      void* dst = frame.ptr[size_t(w.state)];
+      if (src != dst) std::memcpy(dst, src, vals[size_t(w.state)].bytes());
+    }
+  }
 };
 
 namespace {
+
+// ---- conversions at the plan's edges: fp16 <-> fp32 vectorized where F16C exists
+
+__attribute__((target("avx,f16c"))) void f16_to_f32_f16c(const uint16_t* s, float* d, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
+  for (; i < n; ++i) d[i] = f16_to_f32(s[i]);
+}
+
+__attribute__((target("avx,f16c"))) void f32_to_f16_f16c(const float* s, uint16_t* d, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  for (; i < n; ++i) d[i] = f32_to_f16(s[i]);
+}
+
+// n elements from dtype `from` to `to`, rounding as a cast does.
+void convert(const void* src, DType from, int64_t n, void* dst, DType to) {
+  if (n <= 0) return;
+  static const bool f16c = kernels::cpu_features().f16c;
+  if (from == DType::FP16 && to == DType::FP32) {
+    auto* s = static_cast<const uint16_t*>(src);
+    auto* d = static_cast<float*>(dst);
+    if (f16c) return f16_to_f32_f16c(s, d, n);
+    for (int64_t i = 0; i < n; ++i) d[i] = f16_to_f32(s[i]);
+    return;
+  }
+  if (from == DType::FP32 && to == DType::FP16) {
+    auto* s = static_cast<const float*>(src);
+    auto* d = static_cast<uint16_t*>(dst);
+    if (f16c) return f32_to_f16_f16c(s, d, n);
+    for (int64_t i = 0; i < n; ++i) d[i] = f32_to_f16(s[i]);
+    return;
+  }
+  kernels::convert(src, from, n, dst, to);  // memcpy when equal, else per element
+}
+
+// A plan value (storage dtype) as a tensor of its declared dtype.
+Tensor export_value(const void* data, DType storage, const Shape& shape, DType declared) {
+  Tensor t(declared, shape);
+  convert(data, storage, t.numel(), t.mutable_data(), declared);
+  return t;
+}
 
 class Lowerer final : public rt::LowerCtx {
  public:
@@ -209,6 +340,59 @@ void check_static(const Op& op, const Output& o) {
     throw_op_error(op, "output '" + o.name + "' has unknown dims " + shape_str(o.type.shape) +
                            " (give input shapes with CompileOptions::input_shapes)");
 }
+
+bool is_state_param(const Param& p) { return p.type.kind == Type::Kind::State && p.type.elems.size() == 1; }
+
+void collect_vars(const Arg& a, std::vector<std::string>& out) {
+  if (a.kind == Arg::Kind::Var) out.push_back(a.var);
+  for (auto& e : a.elems) collect_vars(e, out);
+}
+
+// Where each value is used: op indices in program order; a function output
+// counts as a use at index ops.size() (after every op).
+std::unordered_map<std::string, std::vector<int>> uses_of(const Function& f) {
+  std::unordered_map<std::string, std::vector<int>> u;
+  for (int i = 0; i < int(f.ops.size()); ++i) {
+    std::vector<std::string> vars;
+    for (auto& in : f.ops[size_t(i)].inputs) collect_vars(in.arg, vars);
+    for (auto& v : vars) u[v].push_back(i);
+  }
+  for (auto& o : f.outputs) u[o].push_back(int(f.ops.size()));
+  return u;
+}
+
+// Declared tensor types of every value (a state parameter: its wrapped tensor).
+std::unordered_map<std::string, Type> value_types(const Function& f) {
+  std::unordered_map<std::string, Type> t;
+  for (auto& p : f.params) t[p.name] = is_state_param(p) ? p.type.elems[0] : p.type;
+  for (auto& op : f.ops)
+    for (auto& o : op.outputs) t[o.name] = o.type;
+  return t;
+}
+
+// The inputs of `op` that its output may overwrite while it is computed: for
+// an op marked in-place capable, each variable input of the output's shape
+// whose stored elements have the output's size.
+std::vector<std::string> in_place_inputs(const Op& op, const std::unordered_map<std::string, Type>& types) {
+  std::vector<std::string> r;
+  if (op.outputs.size() != 1 || !rt::in_place_allowed(op.type)) return r;
+  const Type& out = op.outputs[0].type;
+  if (!out.is_tensor() || out.dtype == DType::String) return r;
+  const size_t out_size = dtype_size(rt::storage_dtype(out.dtype));
+  for (auto& in : op.inputs) {
+    if (in.arg.kind != Arg::Kind::Var) continue;
+    auto it = types.find(in.arg.var);
+    if (it == types.end() || !it->second.is_tensor() || it->second.dtype == DType::String) continue;
+    if (it->second.shape == out.shape && dtype_size(rt::storage_dtype(it->second.dtype)) == out_size)
+      r.push_back(in.arg.var);
+  }
+  return r;
+}
+
+bool contains(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
 }  // namespace
 
 Plan::Plan() = default;
@@ -218,6 +402,7 @@ Plan::~Plan() = default;
 
 const std::vector<Plan::Port>& Plan::inputs() const { return impl_->inputs; }
 const std::vector<Plan::Port>& Plan::outputs() const { return impl_->outputs; }
+const std::vector<Plan::Port>& Plan::states() const { return impl_->states; }
 size_t Plan::arena_bytes() const { return impl_->arena_bytes; }
 size_t Plan::intermediate_bytes() const { return impl_->intermediate_bytes; }
 std::vector<Plan::StepInfo> Plan::steps() const {
@@ -225,8 +410,10 @@ std::vector<Plan::StepInfo> Plan::steps() const {
   for (auto& s : impl_->steps) r.push_back(s->info);
   return r;
 }
+DType Plan::storage_dtype(DType d) { return rt::storage_dtype(d); }
 
 Plan compile(const Program& program, const CompileOptions& options) {
+  using Kind = Plan::Impl::Kind;
   Plan plan;
   plan.impl_ = std::make_unique<Plan::Impl>();
   Plan::Impl& P = *plan.impl_;
@@ -248,20 +435,114 @@ Plan compile(const Program& program, const CompileOptions& options) {
   }
   run_passes(P.program, options.passes);
   fn = P.program.function(options.function);
+  const int n_ops = int(fn->ops.size());
+  const auto uses = uses_of(*fn);
+  const auto types = value_types(*fn);
+  auto uses_at = [&](const std::string& v) -> const std::vector<int>& {
+    static const std::vector<int> none;
+    auto it = uses.find(v);
+    return it == uses.end() ? none : it->second;
+  };
+  auto is_output = [&](const std::string& v) { return contains(fn->outputs, v); };
 
-  for (auto& prm : fn->params) {
-    if (prm.type.kind != Type::Kind::Tensor) throw Error("error: input '" + prm.name + "': only tensor inputs compile");
-    if (prm.type.has_unknown_dims())
-      throw Error("error: input '" + prm.name + "' has unknown dims " + shape_str(prm.type.shape) +
-                  ": give its shape (CompileOptions::input_shapes, or `--input` for the CLI)");
-    int id = P.add_val(prm.name, prm.type.dtype, prm.type.shape, Plan::Impl::Kind::Input);
-    P.vals[size_t(id)].storage = int(P.buffers.size());
-    P.buffers.emplace_back(P.vals[size_t(id)].dtype, prm.type.shape);
-    P.inputs.push_back({prm.name, prm.type.dtype, prm.type.shape});
-    P.input_ids.push_back(id);
+  // State aliases {output -> input}: checked against the optimized function.
+  std::map<std::string, std::string> alias_of_input;  // input -> output
+  for (auto& [out, in] : options.state_aliases) {
+    const Param* prm = fn->param(in);
+    if (!prm || is_state_param(*prm))
+      throw Error("error: state alias '" + out + "' -> '" + in + "': '" + in + "' is not an input of function '" +
+                  fn->name + "'");
+    if (!is_output(out))
+      throw Error("error: state alias '" + out + "' -> '" + in + "': '" + out + "' is not an output of function '" +
+                  fn->name + "'");
+    if (!alias_of_input.emplace(in, out).second)
+      throw Error("error: state alias: input '" + in + "' is the target of two outputs");
+    const Type& ot = types.at(out);
+    if (!ot.is_tensor() || ot.dtype != prm->type.dtype || ot.shape != prm->type.shape)
+      throw Error("error: state alias '" + out + "' -> '" + in + "': the output is " + ot.str() +
+                  " but the input is " + prm->type.str());
   }
-  std::map<std::string, bool> is_output;
-  for (auto& o : fn->outputs) is_output[o] = true;
+
+  // Parameters: run()'s inputs, or persistent states.
+  for (auto& prm : fn->params) {
+    const bool state = is_state_param(prm) || alias_of_input.count(prm.name);
+    const Type& ty = is_state_param(prm) ? prm.type.elems[0] : prm.type;
+    const char* what = state ? "state" : "input";
+    if (!ty.is_tensor()) throw Error(std::string("error: ") + what + " '" + prm.name + "': only tensors compile");
+    if (ty.has_unknown_dims())
+      throw Error(std::string("error: ") + what + " '" + prm.name + "' has unknown dims " + shape_str(ty.shape) +
+                  ": give its shape (CompileOptions::input_shapes, or `--input` for the CLI)");
+    int id = P.add_owned(prm.name, ty.dtype, ty.shape, state ? Kind::State : Kind::Input);
+    (state ? P.states : P.inputs).push_back({prm.name, ty.dtype, ty.shape});
+    (state ? P.state_ids : P.input_ids).push_back(id);
+  }
+
+  // Values living in a state's buffer (name -> the state). The results of
+  // read_state and coreml_update_state equal the state's contents until its
+  // next update: they stay in its buffer when consumed by then (a use by that
+  // update itself is a copy onto itself).
+  std::map<std::string, std::string> in_state;
+  for (int r = 0; r < n_ops; ++r) {
+    const Op& op = fn->ops[size_t(r)];
+    if (op.type != "read_state" && op.type != "coreml_update_state") continue;
+    const Arg* a = op.arg(op.type == "read_state" ? "input" : "state");
+    if (!a || a->kind != Arg::Kind::Var || op.outputs.size() != 1) continue;
+    int next_update = n_ops;
+    for (int u = r + 1; u < n_ops && next_update == n_ops; ++u) {
+      const Arg* st = fn->ops[size_t(u)].arg("state");
+      if (fn->ops[size_t(u)].type == "coreml_update_state" && st && st->kind == Arg::Kind::Var && st->var == a->var)
+        next_update = u;
+    }
+    const std::string& value = op.outputs[0].name;
+    bool safe = !is_output(value);
+    for (int at : uses_at(value)) safe &= at <= next_update;
+    if (safe) in_state[value] = a->var;
+  }
+  // An aliased output is computed straight into its input's buffer when the
+  // input is not read once the output's op starts, or read only by that op
+  // running elementwise in place; otherwise it is copied in after the steps.
+  for (auto& [in, out] : alias_of_input) {
+    int def = -1;
+    for (int i = 0; i < n_ops && def < 0; ++i)
+      for (auto& o : fn->ops[size_t(i)].outputs)
+        if (o.name == out) def = i;
+    if (def < 0 || fn->ops[size_t(def)].type == "const" || fn->ops[size_t(def)].outputs.size() != 1 ||
+        in_state.count(out))
+      continue;
+    bool direct = true;
+    for (int at : uses_at(in))
+      if (at > def || (at == def && !contains(in_place_inputs(fn->ops[size_t(def)], types), in))) direct = false;
+    if (direct) in_state[out] = in;
+  }
+
+  // Views (runtime/views.h) take no step and no memory. Kept as ops instead
+  // where state is involved (their buffers' lifetimes are decided above from
+  // direct uses), and where an output view would need its root's storage
+  // while the root is itself an output or another output's root.
+  std::map<std::string, std::string> views;
+  {
+    std::set<std::string> stateful, promoted;
+    for (auto& [v, st] : in_state) { stateful.insert(v); stateful.insert(st); }
+    for (auto& [in, out] : alias_of_input) { stateful.insert(in); stateful.insert(out); }
+    for (auto& prm : fn->params)
+      if (is_state_param(prm)) stateful.insert(prm.name);
+    for (auto& [view, root] : rt::find_views(*fn)) {
+      if (stateful.count(view) || stateful.count(root)) continue;
+      if (is_output(view)) {
+        if (fn->param(root) || is_output(root) || promoted.count(root)) continue;
+        bool is_const = false;
+        for (auto& op : fn->ops)
+          if (op.type == "const" && op.outputs[0].name == root) is_const = true;
+        if (is_const) continue;
+        promoted.insert(root);
+      }
+      views[view] = root;
+    }
+  }
+  // Roots of output views are computed in plan-owned output storage.
+  std::set<std::string> output_roots;
+  for (auto& [view, root] : views)
+    if (is_output(view)) output_roots.insert(root);
 
   Lowerer lower(P);
   for (auto& op : fn->ops) {
@@ -275,38 +556,61 @@ Plan compile(const Program& program, const CompileOptions& options) {
     }
     for (auto& o : op.outputs) {
       check_static(op, o);
-      P.add_val(o.name, o.type.dtype, o.type.shape,
-                is_output.count(o.name) ? Plan::Impl::Kind::Output : Plan::Impl::Kind::Arena);
+      if (!o.type.is_tensor()) throw_op_error(op, "output '" + o.name + "' is not a tensor: it cannot be compiled");
+      if (auto it = in_state.find(o.name); it != in_state.end()) {
+        int id = P.add_val(o.name, o.type.dtype, o.type.shape, Kind::Alias);
+        P.vals[size_t(id)].alias = P.ids.at(it->second);
+      } else if (auto v = views.find(o.name); v != views.end()) {
+        int id = P.add_val(o.name, o.type.dtype, o.type.shape, Kind::View);
+        P.vals[size_t(id)].alias = P.ids.at(v->second);
+        P.view_ids.push_back(id);
+      } else if (is_output(o.name) || output_roots.count(o.name)) {
+        P.add_owned(o.name, o.type.dtype, o.type.shape, Kind::Output);
+      } else {
+        P.add_val(o.name, o.type.dtype, o.type.shape, Kind::Arena);
+      }
     }
+    if (op.outputs.size() == 1 && views.count(op.outputs[0].name)) continue;
     rt::LowerFn fn_lower = rt::find_lowering(op.type);
     if (!fn_lower)
       throw_op_error(op, "no compiled kernel for '" + op.type + "' yet (run it with --engine reference)");
     P.steps.push_back(fn_lower(op, lower));
+    if (op.type == "read_state" && in_state.count(op.outputs[0].name)) {
+      P.steps.back()->info.kernel = "read_state (in place)";  // `milrt inspect` shows the copy is gone
+      P.steps.back()->info.bytes = 0;
+    }
+    if (op.type == "coreml_update_state" && in_state.count(op.outputs[0].name)) {
+      P.steps.back()->info.kernel = "coreml_update_state (result in place)";
+      P.steps.back()->info.bytes /= 2;
+    }
   }
 
-  // Outputs get their own storage; arena values their planned offsets.
   for (auto& name : fn->outputs) {
     auto it = P.ids.find(name);
     if (it == P.ids.end()) throw Error("error: output '" + name + "' is not computed by the plan");
-    const Param* prm = fn->param(name);
-    DType declared = prm ? prm->type.dtype : DType::FP32;
-    for (auto& op : fn->ops)
-      for (auto& o : op.outputs)
-        if (o.name == name) declared = o.type.dtype;
-    auto& v = P.vals[size_t(it->second)];
-    if (v.kind == Plan::Impl::Kind::Output && v.storage < 0) {
-      v.storage = int(P.buffers.size());
-      P.buffers.emplace_back(v.dtype, v.shape);
-    }
-    P.outputs.push_back({name, declared, v.shape});
+    const Type& ty = types.at(name);
+    if (const Param* prm = fn->param(name); prm && is_state_param(*prm))
+      throw Error("error: output '" + name + "' is a state: return read_state of it instead");
+    P.outputs.push_back({name, ty.dtype, P.vals[size_t(it->second)].shape});
     P.output_ids.push_back(it->second);
   }
+  for (auto& [in, out] : alias_of_input)
+    if (!in_state.count(out)) P.write_backs.push_back({P.ids.at(out), P.ids.at(in)});
+  P.input_bound.assign(P.inputs.size(), nullptr);
+  P.output_bound.assign(P.outputs.size(), nullptr);
+
   // plan_memory sizes values by their dtype: give it the storage dtypes.
-  Function sized = *fn;
+  // Views are gone from the function the memory plan sees: their uses read
+  // the root, which keeps the root alive as long as they are.
+  Function sized = rt::without_views(*fn, views);
   for (auto& op : sized.ops)
     for (auto& o : op.outputs)
       if (o.type.is_tensor() && o.type.dtype != DType::String) o.type.dtype = rt::storage_dtype(o.type.dtype);
-  MemoryPlan mp = plan_memory(sized, 64);
+  MemoryPlanOptions mo;
+  mo.alignment = 64;
+  mo.external = [&](const std::string& v) { return in_state.count(v) > 0; };
+  mo.in_place = [&](const Op& op) { return in_place_inputs(op, types); };
+  MemoryPlan mp = plan_memory(sized, mo);
   P.arena_bytes = mp.arena_bytes;
   P.intermediate_bytes = mp.total_bytes;
   P.arena.assign(mp.arena_bytes + 64, 0);
@@ -314,17 +618,21 @@ Plan compile(const Program& program, const CompileOptions& options) {
   P.frame.ptr.assign(P.vals.size(), nullptr);
   for (size_t i = 0; i < P.vals.size(); ++i) {
     auto& v = P.vals[i];
-    if (v.kind == Plan::Impl::Kind::Arena) {
+    if (v.kind == Kind::Arena) {
       const BufferSlot* s = mp.find(v.name);
       if (!s) throw Error("internal: value '" + v.name + "' missing from the memory plan");
       P.frame.ptr[i] = base + s->offset;
-    } else if (v.kind == Plan::Impl::Kind::Const) {
+    } else if (v.kind == Kind::Const) {
       // Steps never write constants, which may be read-only mapped weights.
       P.frame.ptr[i] = const_cast<void*>(P.buffers[size_t(v.storage)].data());
-    } else {
-      P.frame.ptr[i] = P.buffers[size_t(v.storage)].mutable_data();
+    } else if (v.kind != Kind::Alias && v.kind != Kind::View) {
+      P.frame.ptr[i] = P.owned(int(i));
     }
   }
+  for (size_t i = 0; i < P.vals.size(); ++i)
+    if (P.vals[i].kind == Kind::Alias) P.frame.ptr[i] = P.frame.ptr[size_t(P.vals[i].alias)];
+  // After aliases: a view's root may itself live in a state's buffer.
+  for (int id : P.view_ids) P.frame.ptr[size_t(id)] = P.frame.ptr[size_t(P.vals[size_t(id)].alias)];
   return plan;
 }
 
@@ -333,7 +641,10 @@ TensorMap Plan::run(const TensorMap& in) {
   for (auto& [name, t] : in) {
     bool known = false;
     for (auto& port : P.inputs) known |= port.name == name;
-    if (!known) throw Error("error: the plan has no input '" + name + "'");
+    if (known) continue;
+    for (auto& port : P.states)
+      if (port.name == name) throw Error("error: '" + name + "' is a state of the plan, not an input (use set_state)");
+    throw Error("error: the plan has no input '" + name + "'");
   }
   for (size_t i = 0; i < P.inputs.size(); ++i) {
     const Port& port = P.inputs[i];
@@ -342,22 +653,121 @@ TensorMap Plan::run(const TensorMap& in) {
     if (it->second.shape() != port.shape)
       throw Error("error: input '" + port.name + "' has shape " + shape_str(it->second.shape()) +
                   " but the plan was compiled for " + shape_str(port.shape));
-    Tensor& dst = P.buffers[size_t(P.vals[size_t(P.input_ids[i])].storage)];
-    if (it->second.dtype() == dst.dtype()) {
-      if (dst.nbytes()) std::memcpy(dst.mutable_data(), it->second.data(), dst.nbytes());
-    } else {
-      for (int64_t k = 0; k < dst.numel(); ++k) dst.set(size_t(k), it->second.at(size_t(k)));
-    }
+    if (it->second.dtype() == DType::String) throw Error("error: input '" + port.name + "' is a string tensor");
   }
-  for (auto& s : P.steps) s->run(P.frame);
+  P.set_io_pointers(false);
+  struct Restore {
+    Impl& p;
+    ~Restore() { p.set_io_pointers(true); }
+  } restore{P};
+  for (size_t i = 0; i < P.inputs.size(); ++i) {
+    const Tensor& t = in.at(P.inputs[i].name);
+    const auto& v = P.vals[size_t(P.input_ids[i])];
+    convert(t.data(), t.dtype(), t.numel(), P.frame.ptr[size_t(P.input_ids[i])], v.dtype);
+  }
+  P.run_steps();
   TensorMap out;
   for (size_t i = 0; i < P.outputs.size(); ++i) {
     const auto& v = P.vals[size_t(P.output_ids[i])];
-    Tensor view(v.dtype, v.shape);
-    if (view.nbytes()) std::memcpy(view.mutable_data(), P.frame.ptr[size_t(P.output_ids[i])], view.nbytes());
-    out[P.outputs[i].name] = view.cast(P.outputs[i].dtype);
+    out[P.outputs[i].name] = export_value(P.frame.ptr[size_t(P.output_ids[i])], v.dtype, v.shape, P.outputs[i].dtype);
   }
   return out;
+}
+
+void Plan::bind(const std::string& name, void* data, DType dtype) {
+  Impl& P = *impl_;
+  auto check = [&](const char* what, const Port& port, int id) {
+    DType want = P.vals[size_t(id)].dtype;
+    if (data && dtype != want)
+      throw Error(std::string("error: cannot bind ") + what + " '" + name + "' to " + std::string(dtype_name(dtype)) +
+                  " memory: the plan stores it as " + std::string(dtype_name(want)) + " (declared " +
+                  std::string(dtype_name(port.dtype)) + ")");
+    if (data && reinterpret_cast<uintptr_t>(data) % dtype_size(want) != 0)
+      throw Error(std::string("error: cannot bind ") + what + " '" + name + "': memory not aligned to " +
+                  std::to_string(dtype_size(want)) + " bytes");
+  };
+  bool found = false;
+  for (size_t i = 0; i < P.inputs.size(); ++i)
+    if (P.inputs[i].name == name) {
+      check("input", P.inputs[i], P.input_ids[i]);
+      P.input_bound[i] = data;
+      found = true;
+    }
+  for (size_t i = 0; i < P.outputs.size(); ++i)
+    if (P.outputs[i].name == name && !found) {
+      check("output", P.outputs[i], P.output_ids[i]);
+      P.output_bound[i] = data;
+      found = true;
+    }
+  if (!found) {
+    for (auto& port : P.states)
+      if (port.name == name) throw Error("error: cannot bind '" + name + "': it is a state of the plan (use set_state)");
+    throw Error("error: cannot bind '" + name + "': the plan has no input or output of that name");
+  }
+  P.set_io_pointers(true);
+}
+
+void Plan::bind(const std::string& name, Tensor& t) {
+  const Port* port = nullptr;
+  for (auto& p : impl_->inputs) if (p.name == name) port = &p;
+  for (auto& p : impl_->outputs) if (!port && p.name == name) port = &p;
+  if (port && t.shape() != port->shape)
+    throw Error("error: cannot bind '" + name + "': tensor of shape " + shape_str(t.shape()) + " for a port of shape " +
+                shape_str(port->shape));
+  // An empty port is never read or written, but a null pointer would unbind it.
+  alignas(64) static uint8_t nothing[64];
+  void* data = t.nbytes() ? t.mutable_data() : nothing;
+  if (!data) throw Error("error: cannot bind '" + name + "': the tensor's memory is read-only");
+  bind(name, data, t.dtype());
+}
+
+void Plan::unbind(const std::string& name) { bind(name, nullptr, DType::FP32); }
+
+void Plan::run() {
+  Impl& P = *impl_;
+  for (size_t i = 0; i < P.inputs.size(); ++i)
+    if (!P.input_bound[i]) throw Error("error: run() without inputs needs every input bound; '" + P.inputs[i].name +
+                                       "' is not (bind it, or use run(inputs))");
+  P.run_steps();
+  for (size_t i = 0; i < P.outputs.size(); ++i) {
+    void* src = P.frame.ptr[size_t(P.output_ids[i])];
+    if (P.output_bound[i] && src != P.output_bound[i])
+      std::memcpy(P.output_bound[i], src, P.vals[size_t(P.output_ids[i])].bytes());
+  }
+}
+
+namespace {
+const Plan::Impl::Val& state_val(const Plan::Impl& P, const std::string& name) {
+  for (size_t i = 0; i < P.states.size(); ++i)
+    if (P.states[i].name == name) return P.vals[size_t(P.state_ids[i])];
+  throw Error("error: the plan has no state '" + name + "'");
+}
+}  // namespace
+
+Tensor Plan::state(const std::string& name) const {
+  const Impl& P = *impl_;
+  const auto& v = state_val(P, name);
+  for (auto& port : P.states)
+    if (port.name == name) return export_value(P.buffers[size_t(v.storage)].data(), v.dtype, v.shape, port.dtype);
+  throw Error("internal: state '" + name + "' lost");
+}
+
+void Plan::set_state(const std::string& name, const Tensor& value) {
+  Impl& P = *impl_;
+  const auto& v = state_val(P, name);
+  if (value.shape() != v.shape)
+    throw Error("error: state '" + name + "' has shape " + shape_str(v.shape) + "; got a tensor of shape " +
+                shape_str(value.shape()));
+  if (value.dtype() == DType::String) throw Error("error: state '" + name + "' cannot be set from strings");
+  convert(value.data(), value.dtype(), value.numel(), P.buffers[size_t(v.storage)].mutable_data(), v.dtype);
+}
+
+void Plan::reset_state() {
+  Impl& P = *impl_;
+  for (int id : P.state_ids) {
+    Tensor& b = P.buffers[size_t(P.vals[size_t(id)].storage)];
+    if (b.nbytes()) std::memset(b.mutable_data(), 0, b.nbytes());
+  }
 }
 
 }  // namespace milrt
