@@ -5,6 +5,8 @@
 // BM_Gemm/<path>/<f32|bf16B>/M:../N:../K:..  C[M,N] = A[M,K]·B[K,N], B pre-packed
 //   (as a plan packs weights), fp32 A and C; bf16B: B stored as bf16 and
 //   GemmMath::bf16 (A rounded to bf16 while packed, vdpbf16ps where available).
+//   .../T:<n>: n threads (kernels::set_num_threads); wall-clock time.
+// BM_FfnPlan/<fused|unfused>/T:<n>  a compiled SwiGLU FFN (S 64, D 768, H 2048).
 // BM_PeakFmaF32/<path>   register-only FMA loop: the fp32 peak of one core.
 // BM_PeakBf16Dot         register-only vdpbf16ps loop: the bf16 peak.
 // The GFLOPS counter is 2·M·N·K (useful FLOPs) per second, in units of 1e9.
@@ -12,12 +14,18 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu_features.h"
 #include "kernels/gemm.h"
+#include "kernels/threads.h"
+#include "milrt/mil.h"
+#include "milrt/plan.h"
 #include "milrt/dtype.h"
 #include "milrt/error.h"
 
@@ -37,7 +45,8 @@ std::vector<float> random_floats(size_t n, uint32_t seed) {
   return v;
 }
 
-void BM_Gemm(benchmark::State& state, k::Isa isa, bool bf16_b, int64_t M, int64_t N, int64_t K) {
+void BM_Gemm(benchmark::State& state, k::Isa isa, bool bf16_b, int64_t M, int64_t N, int64_t K, int threads) {
+  k::set_num_threads(threads);
   const std::vector<float> a = random_floats(size_t(M) * K, 1);
   const std::vector<float> b = random_floats(size_t(K) * N, 2);
   std::vector<uint16_t> b16;
@@ -54,6 +63,62 @@ void BM_Gemm(benchmark::State& state, k::Isa isa, bool bf16_b, int64_t M, int64_
   }
   state.counters["GFLOPS"] =
       benchmark::Counter(2e-9 * double(M) * double(N) * double(K), benchmark::Counter::kIsIterationInvariantRate);
+  k::set_num_threads(0);
+}
+
+// A SwiGLU FFN block in linear form, [S, D] -> [S, D] with a residual:
+//   out = x + W2·(silu(W1·x) ⊙ W3·x)
+// compiled with the default pipeline (fused: W1 with its silu, W2 with the
+// residual) or without fuse-gemm-epilogue. GFLOPS counts the three GEMMs.
+std::string ffn_mil(int64_t S, int64_t D, int64_t H) {
+  const std::string sd = "[" + std::to_string(S) + ", " + std::to_string(D) + "]";
+  const std::string sh = "[" + std::to_string(S) + ", " + std::to_string(H) + "]";
+  const std::string hd = "[" + std::to_string(H) + ", " + std::to_string(D) + "]";
+  const std::string dh = "[" + std::to_string(D) + ", " + std::to_string(H) + "]";
+  auto w = [](const std::string& name, const std::string& shape, uint64_t off) {
+    return "    tensor<fp32, " + shape + "> " + name + " = const()[name = string(\"" + name +
+           "\"), val = tensor<fp32, " + shape + ">(BLOBFILE(path = string(\"@model_path/w.bin\"), offset = uint64(" +
+           std::to_string(off) + ")))];\n";
+  };
+  const uint64_t hdb = uint64_t(H * D * 4);
+  return "program(1.3)\n{\n  func main<ios18>(tensor<fp32, " + sd + "> x) {\n" + w("w1", hd, 0) +
+         w("w3", hd, hdb) + w("w2", dh, 2 * hdb) +
+         "    tensor<fp32, " + sh + "> h1 = linear(x = x, weight = w1)[name = string(\"h1\")];\n"
+         "    tensor<fp32, " + sh + "> h3 = linear(x = x, weight = w3)[name = string(\"h3\")];\n"
+         "    tensor<fp32, " + sh + "> s = silu(x = h1)[name = string(\"s\")];\n"
+         "    tensor<fp32, " + sh + "> g = mul(x = s, y = h3)[name = string(\"g\")];\n"
+         "    tensor<fp32, " + sd + "> o = linear(x = g, weight = w2)[name = string(\"o\")];\n"
+         "    tensor<fp32, " + sd + "> y = add(x = o, y = x)[name = string(\"y\")];\n"
+         "  } -> (y);\n}\n";
+}
+
+void BM_FfnPlan(benchmark::State& state, bool fuse, int threads) {
+  const int64_t S = 64, D = 768, H = 2048;
+  const std::string dir = "/tmp/milrt_bench_ffn";
+  std::filesystem::create_directories(dir);
+  {
+    // A raw (headerless) weight file: the three weights back to back.
+    std::ofstream out(dir + "/w.bin", std::ios::binary);
+    for (uint32_t i = 0; i < 3; ++i) {
+      std::vector<float> v = random_floats(size_t(H * D), 3 + i);
+      for (float& x : v) x *= 0.05f;
+      out.write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size() * 4));
+    }
+  }
+  milrt::Program p = milrt::parse_mil(ffn_mil(S, D, H), dir + "/ffn.mil", dir);
+  milrt::load_blobs(p);
+  milrt::CompileOptions opt;
+  if (!fuse) std::erase(opt.passes, "fuse-gemm-epilogue");
+  milrt::Plan plan = milrt::compile(p, opt);
+  milrt::Tensor x(milrt::DType::FP32, {S, D});
+  const std::vector<float> xv = random_floats(size_t(S * D), 4);
+  std::memcpy(x.mutable_data(), xv.data(), xv.size() * 4);
+  k::set_num_threads(threads);
+  for (auto _ : state) benchmark::DoNotOptimize(plan.run({{"x", x}}));
+  k::set_num_threads(0);
+  state.counters["GFLOPS"] =
+      benchmark::Counter(2e-9 * 3 * double(S) * double(D) * double(H), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["steps"] = double(plan.steps().size());
 }
 
 #if defined(__x86_64__)
@@ -123,10 +188,21 @@ void register_all() {
       for (int64_t m : ms)
         for (const auto& [n, kk] : nks) {
           if (m == 512 && n == 32000) continue;  // 25 GFLOP per call: too slow to repeat on a shared machine
-          const std::string name = "BM_Gemm/" + std::string(k::isa_name(isa)) + (bf16_b ? "/bf16B" : "/f32") +
-                                   "/M:" + std::to_string(m) + "/N:" + std::to_string(n) + "/K:" + std::to_string(kk);
-          benchmark::RegisterBenchmark(name.c_str(), BM_Gemm, isa, bf16_b, m, n, kk)->Unit(benchmark::kMillisecond);
+          for (int t : {1, 2}) {
+            const std::string name = "BM_Gemm/" + std::string(k::isa_name(isa)) + (bf16_b ? "/bf16B" : "/f32") +
+                                     "/M:" + std::to_string(m) + "/N:" + std::to_string(n) + "/K:" + std::to_string(kk) +
+                                     "/T:" + std::to_string(t);
+            benchmark::RegisterBenchmark(name.c_str(), BM_Gemm, isa, bf16_b, m, n, kk, t)
+                ->Unit(benchmark::kMillisecond)
+                ->UseRealTime();
+          }
         }
+  for (bool fuse : {false, true})
+    for (int t : {1, 2})
+      benchmark::RegisterBenchmark(("BM_FfnPlan/" + std::string(fuse ? "fused" : "unfused") + "/T:" + std::to_string(t)).c_str(),
+                                   BM_FfnPlan, fuse, t)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 
 #include "kernels/cpu_features.h"
 #include "kernels/gemm.h"
+#include "kernels/threads.h"
 #include "milrt/dtype.h"
 #include "milrt/error.h"
 
@@ -679,6 +680,70 @@ TEST(Gemm, BadArgumentsAreErrors) {
       expect_error([&] { k::gemm(4, 4, 4, a, b, c, {}, GemmMath::fp32, isa); }, "cannot run on this CPU");
       expect_error([&] { k::PackedB(b, 4, 4, GemmMath::fp32, isa); }, "cannot run on this CPU");
     }
+}
+
+// ---- threads ------------------------------------------------------------------
+
+// Restores the default thread count when a test ends.
+struct ThreadCount {
+  explicit ThreadCount(int n) { k::set_num_threads(n); }
+  ~ThreadCount() { k::set_num_threads(0); }
+};
+
+// Threads take whole blocks of C, so the result is the same bits for any
+// count; sizes large enough to be split (and awkward: partial register tiles,
+// several K blocks, M = 1), with every epilogue stage, each path and math.
+TEST(GemmThreads, AnyThreadCountGivesIdenticalBits) {
+  const Shape shapes[] = {{300, 700, 600}, {1, 2000, 700}, {257, 1100, 33}, {100, 257, 1031}, {29, 3000, 65}};
+  for (const Shape& s : shapes) {
+    const Logical a = random_logical(s.M, s.K, 11), b = random_logical(s.K, s.N, 12), res = random_logical(s.M, s.N, 13);
+    std::vector<float> bias(size_t(s.N)), resf(res.v.begin(), res.v.end());
+    for (int64_t j = 0; j < s.N; ++j) bias[size_t(j)] = float(0.01 * double(j % 17) - 0.08);
+    const Stored sa(a, ElemType::f32, false, 1), sb(b, ElemType::f32, true, 2);
+    const k::Epilogue ep{.alpha = 0.75f, .bias = bias.data(), .act = Activation::gelu_tanh, .residual = resf.data(),
+                         .residual_ld = s.N};
+    const Reference ref32 = reference_gemm(a, b);
+    const Reference ref16 = reference_gemm(rounded(a, ElemType::bf16), rounded(b, ElemType::bf16));
+    for (Isa isa : k::usable_isas())
+      for (GemmMath math : {GemmMath::fp32, GemmMath::bf16})
+        for (bool prepacked : {false, true}) {
+          SCOPED_TRACE(std::string(k::isa_name(isa)) + " " + describe(s) + (math == GemmMath::bf16 ? " bf16" : " fp32") +
+                       (prepacked ? " packed" : ""));
+          std::vector<Buffer> outs;
+          for (int threads : {1, 2, 3}) {
+            ThreadCount tc(threads);
+            ASSERT_EQ(k::num_threads(), threads);
+            Buffer c(s.M, s.N, ElemType::f32, 1);
+            if (prepacked) k::gemm(s.M, sa.ref(), k::PackedB(sb.ref(), s.K, s.N, math, isa), c.out(), ep);
+            else k::gemm(s.M, s.N, s.K, sa.ref(), sb.ref(), c.out(), ep, math, isa);
+            outs.push_back(std::move(c));
+          }
+          // The single-threaded result is right (checked to the fp64 bound on a sample) ...
+          const Reference& r = math == GemmMath::bf16 ? ref16 : ref32;
+          for (int64_t i = 0; i < s.M; i += 7)
+            for (int64_t j = 0; j < s.N; j += 5) {
+              const size_t idx = size_t(i * s.N + j);
+              const double want = act_ref(Activation::gelu_tanh, 0.75 * r.c[idx] + bias[size_t(j)]) + resf[idx];
+              const double tol = 1.2 * gemm_error_bound(r, idx, s.K, 0.75) + 1e-5 * (1 + std::abs(want));
+              ASSERT_NEAR(outs[0].get(i, j), want, tol) << "C(" << i << ", " << j << ")";
+            }
+          // ... and every thread count gives its bits.
+          for (size_t t = 1; t < outs.size(); ++t)
+            EXPECT_EQ(std::memcmp(outs[0].data(), outs[t].data(), size_t(s.M * outs[0].ld()) * 4), 0)
+                << (t + 1) << " threads differ from 1";
+        }
+  }
+}
+
+TEST(GemmThreads, EnvironmentSetsTheDefault) {
+  // MILRT_THREADS is read once per process; here only its effect is visible.
+  const char* env = std::getenv("MILRT_THREADS");
+  if (env && std::atoi(env) > 0) EXPECT_EQ(k::num_threads(), std::atoi(env));
+  else EXPECT_GE(k::num_threads(), 1);
+  k::set_num_threads(5);
+  EXPECT_EQ(k::num_threads(), 5);
+  k::set_num_threads(0);
+  EXPECT_GE(k::num_threads(), 1);
 }
 
 }  // namespace

@@ -10,8 +10,9 @@
 //
 // A weight matrix that is reused (a plan's constant B) is packed once into
 // the kernel's blocked layout with PackedB and then multiplied many times.
-// Kernels are single-threaded; the blocking splits N (and M) into independent
-// blocks so threads can take blocks later.
+// Large products run on kernels::num_threads() OpenMP threads (threads.h),
+// each computing whole blocks of C; the result is bit-identical for any
+// thread count. Called from inside a parallel region, gemm runs serially.
 //
 //   PackedB w(MatrixRef{wdata, ElemType::bf16, /*ld=*/K, /*trans=*/true}, K, N, GemmMath::bf16);
 //   gemm(M, MatrixRef{x, ElemType::f32, K}, w, OutputRef{y, ElemType::f32, N},

@@ -1,9 +1,10 @@
 // The GEMM driver shared by every kernel path (argument checks, packing,
 // cache blocking, edge tiles) and the portable C++ micro-kernel.
 //
-// Loop nest (BLIS-like, N outermost so threads can later split N blocks):
+// Loop nest (BLIS-like; the (jc, ic) blocks are the tasks threads share):
 //   pack A once (only when it is not already rows of fp32/bf16 along k)
-//   for jc in N by NC:            B block K×NC (pre-packed, or packed here)
+//   pack B once unless pre-packed
+//   for jc in N by NC:            (threads: NC shrinks so every thread gets blocks)
 //     for ic in M by MC:
 //       for pc in K by KC:        partial sums of the MC×NC block in fp32 scratch
 //         for jr in NC by NR:     a KC×NR B panel stays in L1 ...
@@ -15,8 +16,11 @@
 #include <new>
 #include <string>
 
+#include <omp.h>
+
 #include "kernels/gemm.h"
 #include "kernels/gemm_micro.h"
+#include "kernels/threads.h"
 #include "milrt/dtype.h"
 #include "milrt/error.h"
 
@@ -351,53 +355,81 @@ void finish_tile(const KernelSet& ks, detail::MicroArgs& args, const Operands& o
     std::memcpy(c_dst + i * op.c.ld * cb, reinterpret_cast<const std::byte*>(c_stage) + i * ks.nr * cb, n * cb);
 }
 
+// Below this many multiply-adds a parallel region costs more than it saves.
+constexpr double kMinParallelMacs = 1 << 20;
+
+// Tasks are (N chunk, M block) pairs of C, each computed by one thread from
+// start to end. Bit-identical results for any thread count: the sum of an
+// element depends on the K blocking and on its tile's row count (tiles of 1-3
+// rows split k over extra accumulators), so the M blocking below depends on M
+// and the kernel only; the N chunk width, which does not enter the sums (edge
+// tiles are staged at full width), is what adapts to the threads.
 void run_blocked(const KernelSet& ks, const Operands& op) {
   const int64_t M = op.M, N = op.N, K = op.K;
   if (M == 0 || N == 0) return;
   const size_t fb = format_bytes(ks.format);
   const int64_t Kp = packed_k(ks.format, K);
   const int64_t k_blocks = K == 0 ? 1 : (K + ks.kc - 1) / ks.kc;
-  const int64_t ld_acc = round_up(std::min<int64_t>(ks.nc, N), ks.nr);
-  float* acc = k_blocks > 1 ? static_cast<float*>(t_scratch.acc.get(size_t(ks.mc) * ld_acc * sizeof(float)))
-                            : nullptr;
+  const int64_t tasks_m = (M + ks.mc - 1) / ks.mc;
+  const int64_t mc = round_up((M + tasks_m - 1) / tasks_m, ks.mr);  // even blocks, <= ks.mc
+
+  int threads = 1;
+  if (double(M) * double(N) * double(K) >= kMinParallelMacs && !omp_in_parallel()) threads = num_threads();
+  int64_t nc = ks.nc;
+  if (threads > 1) {
+    // At least two tasks per thread so that uneven ones even out.
+    const int64_t want_n = (2 * threads + tasks_m - 1) / tasks_m;
+    nc = std::min<int64_t>(ks.nc, std::max<int64_t>(2 * ks.nr, round_up((N + want_n - 1) / want_n, ks.nr)));
+  }
+  const int64_t tasks_n = (N + nc - 1) / nc;
+  const int64_t tasks = tasks_m * tasks_n;
+  threads = int(std::min<int64_t>(threads, tasks));
+
+  // B in panels, whole: pre-packed, or packed here once for every task.
+  const std::byte* bdata = op.packed_b;
+  if (!bdata) {
+    void* dst = t_scratch.b.get(packed_b_bytes(ks, K, N));
+    pack_b(op.b, K, 0, N, ks, op.round, dst);
+    bdata = static_cast<const std::byte*>(dst);
+  }
+  const int64_t ld_acc = round_up(std::min<int64_t>(nc, N), ks.nr);
   const auto* a = static_cast<const std::byte*>(op.a.data);
 
-  for (int64_t jc = 0; jc < N; jc += ks.nc) {
-    const int64_t ncb = std::min<int64_t>(ks.nc, N - jc);
-    const std::byte* bblk;
-    if (op.packed_b) {
-      bblk = op.packed_b + size_t(jc) * Kp * fb;  // jc is a multiple of nr: whole panels
-    } else {
-      void* dst = t_scratch.b.get(packed_b_bytes(ks, K, ncb));
-      pack_b(op.b, K, jc, ncb, ks, op.round, dst);
-      bblk = static_cast<const std::byte*>(dst);
-    }
-    for (int64_t ic = 0; ic < M; ic += ks.mc) {
-      const int64_t mcb = std::min<int64_t>(ks.mc, M - ic);
-      for (int64_t kb = 0; kb < k_blocks; ++kb) {
-        const int64_t pc = kb * ks.kc;
-        const int64_t kcb = std::min<int64_t>(ks.kc, K - pc);
-        const bool last = kb == k_blocks - 1;
-        for (int64_t jr = 0; jr < ncb; jr += ks.nr) {
-          const int n = int(std::min<int64_t>(ks.nr, ncb - jr));
-          const std::byte* bpanel = bblk + size_t(jr * Kp + pc * ks.nr) * fb;
-          for (int64_t ir = 0; ir < mcb; ir += ks.mr) {
-            detail::MicroArgs args{ks.format == PackFormat::f32 ? kcb : (kcb + 1) / 2,
-                                   a + size_t((ic + ir) * op.a.ld + pc) * fb,
-                                   op.a.ld,
-                                   bpanel,
-                                   int(std::min<int64_t>(ks.mr, mcb - ir)),
-                                   acc ? acc + ir * ld_acc + jr : nullptr,
-                                   ld_acc,
-                                   kb > 0,
-                                   nullptr};
-            if (last) finish_tile(ks, args, op, ic + ir, jc + jr, n);
-            else ks.micro(args);
-          }
+  auto task = [&](int64_t t) {
+    const int64_t jc = (t / tasks_m) * nc, ic = (t % tasks_m) * mc;
+    const int64_t ncb = std::min<int64_t>(nc, N - jc), mcb = std::min<int64_t>(mc, M - ic);
+    float* acc = k_blocks > 1 ? static_cast<float*>(t_scratch.acc.get(size_t(mc) * ld_acc * sizeof(float)))
+                              : nullptr;
+    const std::byte* bblk = bdata + size_t(jc) * Kp * fb;  // jc is a multiple of nr: whole panels
+    for (int64_t kb = 0; kb < k_blocks; ++kb) {
+      const int64_t pc = kb * ks.kc;
+      const int64_t kcb = std::min<int64_t>(ks.kc, K - pc);
+      const bool last = kb == k_blocks - 1;
+      for (int64_t jr = 0; jr < ncb; jr += ks.nr) {
+        const int n = int(std::min<int64_t>(ks.nr, ncb - jr));
+        const std::byte* bpanel = bblk + size_t(jr * Kp + pc * ks.nr) * fb;
+        for (int64_t ir = 0; ir < mcb; ir += ks.mr) {
+          detail::MicroArgs args{ks.format == PackFormat::f32 ? kcb : (kcb + 1) / 2,
+                                 a + size_t((ic + ir) * op.a.ld + pc) * fb,
+                                 op.a.ld,
+                                 bpanel,
+                                 int(std::min<int64_t>(ks.mr, mcb - ir)),
+                                 acc ? acc + ir * ld_acc + jr : nullptr,
+                                 ld_acc,
+                                 kb > 0,
+                                 nullptr};
+          if (last) finish_tile(ks, args, op, ic + ir, jc + jr, n);
+          else ks.micro(args);
         }
       }
     }
+  };
+  if (threads <= 1) {
+    for (int64_t t = 0; t < tasks; ++t) task(t);
+    return;
   }
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+  for (int64_t t = 0; t < tasks; ++t) task(t);
 }
 
 // ---- argument checks and path selection --------------------------------------

@@ -1,6 +1,31 @@
-// (placeholder until the lowering lands)
-#include "runtime/lowering.h"
+// Lowering of milrt_gemm: matmul's lowering with the epilogue filled in.
+#include "runtime/lower/gemm_step.h"
 
 namespace milrt::rt {
-void register_fused_gemm_lowerings() {}
+namespace {
+
+kernels::Activation activation_of(const Op& op, const std::string& s) {
+  if (s == "none") return kernels::Activation::none;
+  if (s == "relu") return kernels::Activation::relu;
+  if (s == "gelu_tanh") return kernels::Activation::gelu_tanh;
+  if (s == "silu") return kernels::Activation::silu;
+  if (s == "sigmoid") return kernels::Activation::sigmoid;
+  throw_op_error(op, "unknown activation '" + s + "'");
+}
+
+std::unique_ptr<Step> lower_fused_gemm(const Op& op, LowerCtx& ctx) {
+  GemmLowering g;
+  g.transpose_x = ctx.const_bool(op, "transpose_x", false);
+  g.transpose_y = ctx.const_bool(op, "transpose_y", false);
+  if (op.has("bias")) g.bias_key = "bias";
+  if (op.has("residual")) g.residual_key = "residual";
+  g.alpha = float(ctx.const_float(op, "alpha", 1.0));
+  g.act = activation_of(op, ctx.const_str(op, "activation", std::string("none")));
+  return lower_gemm(op, ctx, g);
+}
+
+}  // namespace
+
+void register_fused_gemm_lowerings() { register_lowering("milrt_gemm", lower_fused_gemm); }
+
 }  // namespace milrt::rt

@@ -1,74 +1,178 @@
-// Lowering of matmul and linear.
-#include <algorithm>
-#include <map>
+// Lowering of matmul and linear (and, through lower_gemm, milrt_gemm) onto
+// kernels::gemm.
+//
+// Shapes are resolved here once: per output batch the element offsets of the
+// A and B operands. A constant B (weights) is packed at compile time into the
+// kernel's layout (kernels::PackedB), one per distinct B batch. When B has no
+// batch dims and A is not transposed, the batches of A are consecutive rows
+// and the whole product is one GEMM with batches·M rows.
+#include "runtime/lower/gemm_step.h"
 
-#include "kernels/generic/linalg.h"
-#include "runtime/lowering.h"
+#include <algorithm>
+#include <vector>
+
+#include "milrt/tensor.h"
 
 namespace milrt::rt {
 namespace {
-std::unique_ptr<Step> lower_matmul(const Op& op, LowerCtx& ctx) {
-  ValueRef x = ctx.input(op, "x"), y = ctx.input(op, "y"), o = ctx.output(op);
-  if (x.dtype != DType::FP32 || y.dtype != DType::FP32) throw_op_error(op, "only float matmul compiles");
-  bool tx = ctx.const_bool(op, "transpose_x", false), ty = ctx.const_bool(op, "transpose_y", false);
-  Shape xs = x.shape, ys = y.shape;
+
+const char* act_name(kernels::Activation a) {
+  switch (a) {
+    case kernels::Activation::none: return "none";
+    case kernels::Activation::relu: return "relu";
+    case kernels::Activation::gelu_tanh: return "gelu_tanh";
+    case kernels::Activation::silu: return "silu";
+    case kernels::Activation::sigmoid: return "sigmoid";
+  }
+  return "?";
+}
+
+struct GemmShape {
+  int64_t m = 0, n = 0, k = 0;
+  bool tx = false, ty = false;
+  std::vector<int64_t> xoff;   // per output batch: element offset into A
+  std::vector<int64_t> ybat;   // per output batch: B batch index
+  int64_t y_batches = 1;
+};
+
+GemmShape gemm_shape(const Op& op, Shape xs, Shape ys, bool tx, bool ty) {
+  if (xs.empty() || ys.empty()) throw_op_error(op, "matmul operands must have rank >= 1");
   // Rank-1 operands: a row vector on the left, a column on the right (flags do not apply).
   if (xs.size() == 1) { xs.insert(xs.begin(), 1); tx = false; }
   if (ys.size() == 1) { ys.push_back(1); ty = false; }
-  int64_t m = tx ? xs[xs.size() - 1] : xs[xs.size() - 2];
-  int64_t k = tx ? xs[xs.size() - 2] : xs[xs.size() - 1];
-  int64_t n = ty ? ys[ys.size() - 2] : ys[ys.size() - 1];
-  // Batch offsets of each operand for every output batch, computed once here.
+  GemmShape g;
+  g.tx = tx;
+  g.ty = ty;
+  g.m = tx ? xs[xs.size() - 1] : xs[xs.size() - 2];
+  g.k = tx ? xs[xs.size() - 2] : xs[xs.size() - 1];
+  g.n = ty ? ys[ys.size() - 2] : ys[ys.size() - 1];
+  const int64_t ky = ty ? ys[ys.size() - 1] : ys[ys.size() - 2];
+  if (ky != g.k) throw_op_error(op, "inner dimensions do not match: " + shape_str(xs) + " x " + shape_str(ys));
   Shape xb(xs.begin(), xs.end() - 2), yb(ys.begin(), ys.end() - 2);
-  size_t r = std::max(xb.size(), yb.size());
+  const size_t r = std::max(xb.size(), yb.size());
   xb.insert(xb.begin(), r - xb.size(), 1);
   yb.insert(yb.begin(), r - yb.size(), 1);
-  std::vector<int64_t> xoff, yoff;
   int64_t batches = 1;
-  for (size_t i = 0; i < r; ++i) batches *= std::max(xb[i], yb[i]);
-  for (int64_t b = 0; b < batches; ++b) {
-    int64_t rem = b, xo = 0, yo = 0, xs_ = 1, ys_ = 1;
-    for (int i = int(r) - 1; i >= 0; --i) {
-      int64_t d = std::max(xb[size_t(i)], yb[size_t(i)]), idx = rem % d;
-      rem /= d;
-      xo += (xb[size_t(i)] == 1 ? 0 : idx) * xs_;
-      yo += (yb[size_t(i)] == 1 ? 0 : idx) * ys_;
-      xs_ *= xb[size_t(i)];
-      ys_ *= yb[size_t(i)];
-    }
-    xoff.push_back(xo * m * k);
-    yoff.push_back(yo * k * n);
+  for (size_t i = 0; i < r; ++i) {
+    if (xb[i] != yb[i] && xb[i] != 1 && yb[i] != 1)
+      throw_op_error(op, "batch dims do not broadcast: " + shape_str(xs) + " x " + shape_str(ys));
+    batches *= std::max(xb[i], yb[i]);
+    g.y_batches *= yb[i];
   }
-  int ix = x.id, iy = y.id, io = o.id;
-  auto step = make_step("matmul", op, [=](const Frame& f) {
+  for (int64_t b = 0; b < batches; ++b) {
+    int64_t rem = b, xo = 0, yo = 0, xstride = 1, ystride = 1;
+    for (int i = int(r) - 1; i >= 0; --i) {
+      const int64_t d = std::max(xb[size_t(i)], yb[size_t(i)]), idx = rem % d;
+      rem /= d;
+      xo += (xb[size_t(i)] == 1 ? 0 : idx) * xstride;
+      yo += (yb[size_t(i)] == 1 ? 0 : idx) * ystride;
+      xstride *= xb[size_t(i)];
+      ystride *= yb[size_t(i)];
+    }
+    g.xoff.push_back(xo * g.m * g.k);
+    g.ybat.push_back(yo);
+  }
+  // B without batch dims and A's batches consecutive row blocks: one GEMM.
+  if (g.y_batches == 1 && !tx && batches > 1) {
+    g.m *= batches;
+    g.xoff.assign(1, 0);
+    g.ybat.assign(1, 0);
+  }
+  return g;
+}
+
+}  // namespace
+
+std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering& gl) {
+  const ValueRef x = ctx.input(op, gl.x_key), y = ctx.input(op, gl.y_key), o = ctx.output(op);
+  if (x.dtype != DType::FP32 || y.dtype != DType::FP32 || o.dtype != DType::FP32)
+    throw_op_error(op, "only float operands compile");
+  const GemmShape g = gemm_shape(op, x.shape, y.shape, gl.transpose_x, gl.transpose_y);
+  const int64_t m = g.m, n = g.n, k = g.k;
+  if (int64_t(g.xoff.size()) * m * n != o.numel())
+    throw_op_error(op, "internal: the output " + shape_str(o.shape) + " does not match the product");
+  int ib = -1, ir = -1;
+  if (!gl.bias_key.empty()) {
+    const ValueRef b = ctx.input(op, gl.bias_key);
+    if (b.numel() != n || b.dtype != DType::FP32) throw_op_error(op, "bias must be [N] = [" + std::to_string(n) + "]");
+    ib = b.id;
+  }
+  if (!gl.residual_key.empty()) {
+    const ValueRef r = ctx.input(op, gl.residual_key);
+    if (r.shape != o.shape || r.dtype != DType::FP32) throw_op_error(op, "residual must have the result's shape");
+    ir = r.id;
+  }
+
+  // A constant B is packed now, once per B batch.
+  std::shared_ptr<std::vector<kernels::PackedB>> packed;
+  double b_bytes = 4.0 * double(y.numel());
+  if (const Tensor* w = ctx.const_value(op, gl.y_key)) {
+    const Tensor w32 = w->dtype() == DType::FP32 ? *w : w->cast(DType::FP32);
+    const float* wd = static_cast<const float*>(w32.data());
+    packed = std::make_shared<std::vector<kernels::PackedB>>();
+    b_bytes = 0;
+    for (int64_t b = 0; b < g.y_batches; ++b) {
+      packed->emplace_back(kernels::MatrixRef{wd + b * k * n, kernels::ElemType::f32, g.ty ? k : n, g.ty}, k, n);
+      b_bytes += double(packed->back().bytes());
+    }
+  }
+
+  std::string kernel = packed ? "gemm[B packed]" : "gemm";
+  if (gl.alpha != 1) kernel += "+alpha";
+  if (ib >= 0) kernel += "+bias";
+  if (gl.act != kernels::Activation::none) kernel += std::string("+") + act_name(gl.act);
+  if (ir >= 0) kernel += "+residual";
+
+  const int ix = x.id, iy = y.id, io = o.id;
+  const float alpha = gl.alpha;
+  const kernels::Activation act = gl.act;
+  const int64_t lda = g.tx ? m : k, ldb = g.ty ? k : n;
+  const bool tx = g.tx, ty = g.ty;
+  std::vector<int64_t> xoff = g.xoff, ybat = g.ybat;
+  auto step = make_step(kernel, op, [=](const Frame& f) {
     const float* a = f.at<float>(ix);
     const float* b = f.at<float>(iy);
     float* c = f.at<float>(io);
-    for (size_t bi = 0; bi < xoff.size(); ++bi)
-      kernels::matmul_f32(a + xoff[bi], b + yoff[bi], c + int64_t(bi) * m * n, 1, m, n, k, tx, ty, 0, 0);
+    kernels::Epilogue ep;
+    ep.alpha = alpha;
+    ep.act = act;
+    ep.bias = ib >= 0 ? f.at<float>(ib) : nullptr;
+    const float* res = ir >= 0 ? f.at<float>(ir) : nullptr;
+    ep.residual_ld = n;
+    for (size_t bi = 0; bi < xoff.size(); ++bi) {
+      const int64_t co = int64_t(bi) * m * n;
+      ep.residual = res ? res + co : nullptr;
+      const kernels::MatrixRef ar{a + xoff[bi], kernels::ElemType::f32, lda, tx};
+      const kernels::OutputRef cr{c + co, kernels::ElemType::f32, n};
+      if (packed)
+        kernels::gemm(m, ar, (*packed)[size_t(ybat[bi])], cr, ep);
+      else
+        kernels::gemm(m, n, k, ar, kernels::MatrixRef{b + ybat[bi] * k * n, kernels::ElemType::f32, ldb, ty}, cr, ep);
+    }
   });
-  step->info.flops = 2.0 * double(batches) * double(m) * double(n) * double(k);
-  step->info.bytes = 4.0 * double(x.numel() + y.numel() + o.numel());
+  step->info.flops = 2.0 * double(xoff.size()) * double(m) * double(n) * double(k);
+  step->info.bytes = 4.0 * double(x.numel() + o.numel()) + b_bytes + (ib >= 0 ? 4.0 * double(n) : 0.0) +
+                     (ir >= 0 ? 4.0 * double(o.numel()) : 0.0);
   return step;
 }
 
+namespace {
+
+std::unique_ptr<Step> lower_matmul(const Op& op, LowerCtx& ctx) {
+  GemmLowering g;
+  g.transpose_x = ctx.const_bool(op, "transpose_x", false);
+  g.transpose_y = ctx.const_bool(op, "transpose_y", false);
+  return lower_gemm(op, ctx, g);
+}
+
+// linear(x, W[N, K], b) = x·Wᵀ + b: a matmul with transpose_y and a bias epilogue.
 std::unique_ptr<Step> lower_linear(const Op& op, LowerCtx& ctx) {
-  ValueRef x = ctx.input(op, "x"), w = ctx.input(op, "weight"), o = ctx.output(op);
-  int64_t k = w.shape[1], n = w.shape[0], m = x.numel() / k;
-  int ib = op.has("bias") ? ctx.input(op, "bias").id : -1;
-  int ix = x.id, iw = w.id, io = o.id;
-  auto step = make_step("linear", op, [=](const Frame& f) {
-    float* c = f.at<float>(io);
-    kernels::matmul_f32(f.at<float>(ix), f.at<float>(iw), c, 1, m, n, k, false, true, 0, 0);
-    if (ib >= 0) {
-      const float* bias = f.at<float>(ib);
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) c[i * n + j] += bias[j];
-    }
-  });
-  step->info.flops = 2.0 * double(m) * double(n) * double(k);
-  step->info.bytes = 4.0 * double(x.numel() + w.numel() + o.numel());
-  return step;
+  GemmLowering g;
+  g.y_key = "weight";
+  g.transpose_y = true;
+  if (ctx.input(op, "weight").shape.size() != 2) throw_op_error(op, "weight must have rank 2");
+  if (op.has("bias")) g.bias_key = "bias";
+  return lower_gemm(op, ctx, g);
 }
 
 }  // namespace
