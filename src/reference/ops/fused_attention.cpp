@@ -1,6 +1,145 @@
-// (placeholder until the op lands)
+// Reference milrt_softmax and milrt_attention: the definitions in
+// src/ir/ops/fused_attention.cpp computed directly in fp64 (the full score
+// matrix, then the softmax), rounded once to the output dtype.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
 #include "reference/ref_ops.h"
 
 namespace milrt::ref {
-void register_ref_fused_attention_ops() {}
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::vector<int64_t> unravel_index(int64_t flat, const Shape& shape) {
+  std::vector<int64_t> idx(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    idx[d] = shape[d] ? flat % shape[d] : 0;
+    flat = shape[d] ? flat / shape[d] : 0;
+  }
+  return idx;
+}
+
+// The mask value added at multi-index `idx` of `target` (bool: 0 or -inf).
+struct Mask {
+  bool present = false, keep = false;
+  NdArray a;
+  double at(const std::vector<int64_t>& idx, const Shape& target) const {
+    if (!present) return 0;
+    double m = a.v[size_t(broadcast_index(idx, target, a.shape))];
+    return keep ? (m != 0 ? 0.0 : -kInf) : m;
+  }
+};
+
+Mask read_mask(RefCtx& c, const Shape& target) {
+  Mask m;
+  if (!c.has("mask")) return m;
+  m.present = true;
+  m.keep = c.in("mask").dtype() == DType::Bool;
+  m.a = c.nd("mask");
+  Shape b;
+  try {
+    b = broadcast(target, m.a.shape);
+  } catch (const Error&) {
+    c.fail("mask " + shape_str(m.a.shape) + " does not broadcast to " + shape_str(target));
+  }
+  if (b != target) c.fail("mask " + shape_str(m.a.shape) + " does not broadcast to " + shape_str(target));
+  return m;
+}
+
+// softmax of one line in place; all -inf gives NaN (0/0), as NumPy's does.
+void softmax_line(std::vector<double>& s) {
+  double mx = -kInf, den = 0;
+  for (double e : s) mx = std::max(mx, e);
+  for (double& e : s) den += (e = std::exp(e - mx));
+  for (double& e : s) e /= den;
+}
+
+void ref_softmax(RefCtx& c) {
+  NdArray x = c.nd("x");
+  double scale = c.f64("scale", 1.0);
+  int64_t axis = 0;
+  try {
+    axis = norm_axis(c.i64("axis", -1), x.rank());
+  } catch (const Error& e) {
+    c.fail(e.what());
+  }
+  Mask mask = read_mask(c, x.shape);
+  int64_t n = x.shape[size_t(axis)], inner = strides_of(x.shape)[size_t(axis)];
+  int64_t outer = n * inner != 0 ? x.numel() / (n * inner) : 0;
+  NdArray y(x.shape);
+  std::vector<double> line(static_cast<size_t>(n));
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t i = 0; i < inner; ++i) {
+      for (int64_t k = 0; k < n; ++k) {
+        int64_t f = (o * n + k) * inner + i;
+        line[size_t(k)] = scale * x.v[size_t(f)] + mask.at(unravel_index(f, x.shape), x.shape);
+      }
+      softmax_line(line);
+      for (int64_t k = 0; k < n; ++k) y.v[size_t((o * n + k) * inner + i)] = line[size_t(k)];
+    }
+  c.set_nd(0, y);
+}
+
+void ref_attention(RefCtx& c) {
+  NdArray q = c.nd("q"), k = c.nd("k"), v = c.nd("v");
+  if (q.rank() < 2 || k.rank() < 2 || v.rank() < 2) c.fail("q, k and v must have rank >= 2");
+  auto back = [](const NdArray& a, int i) { return a.shape[a.shape.size() - size_t(i)]; };
+  int64_t tq = back(q, 2), d = back(q, 1), tk = back(k, 2), dv = back(v, 1);
+  if (back(k, 1) != d || back(v, 2) != tk) c.fail("k must be [..., Tk, D] and v [..., Tk, Dv] for q [..., Tq, D]");
+  auto batch_of = [](const NdArray& a) { return Shape(a.shape.begin(), a.shape.end() - 2); };
+  Shape batch;
+  try {
+    batch = broadcast(broadcast(batch_of(q), batch_of(k)), batch_of(v));
+  } catch (const Error&) {
+    c.fail("the batch dims of q, k and v do not broadcast");
+  }
+  double scale = c.f64("scale", 1.0);
+  bool causal = c.flag("causal", false);
+  Shape scores = batch;
+  scores.push_back(tq);
+  scores.push_back(tk);
+  Mask mask = read_mask(c, scores);
+  Shape os = batch;
+  os.push_back(tq);
+  os.push_back(dv);
+  NdArray out(os);
+  // Element (b, r, col) of a broadcast operand: its batch index, then row-major.
+  auto elem = [&](const NdArray& a, const std::vector<int64_t>& bidx, int64_t r, int64_t col) {
+    Shape ab = batch_of(a);
+    int64_t base = ab.empty() ? 0 : broadcast_index(bidx, batch, ab);
+    return a.v[size_t((base * back(a, 2) + r) * back(a, 1) + col)];
+  };
+  std::vector<double> s(static_cast<size_t>(tk));
+  for (int64_t b = 0; b < shape_numel(batch); ++b) {
+    std::vector<int64_t> bidx = unravel_index(b, batch);
+    for (int64_t i = 0; i < tq; ++i) {
+      for (int64_t j = 0; j < tk; ++j) {
+        double dot = 0;
+        for (int64_t e = 0; e < d; ++e) dot += elem(q, bidx, i, e) * elem(k, bidx, j, e);
+        std::vector<int64_t> idx = bidx;
+        idx.push_back(i);
+        idx.push_back(j);
+        s[size_t(j)] = scale * dot + mask.at(idx, scores);
+        if (causal && j > i + (tk - tq)) s[size_t(j)] = -kInf;
+      }
+      softmax_line(s);
+      for (int64_t e = 0; e < dv; ++e) {
+        double acc = 0;
+        for (int64_t j = 0; j < tk; ++j) acc += s[size_t(j)] * elem(v, bidx, j, e);
+        out.v[size_t((b * tq + i) * dv + e)] = acc;
+      }
+    }
+  }
+  c.set_nd(0, out);
+}
+
+}  // namespace
+
+void register_ref_fused_attention_ops() {
+  register_ref("milrt_softmax", ref_softmax);
+  register_ref("milrt_attention", ref_attention);
+}
+
 }  // namespace milrt::ref

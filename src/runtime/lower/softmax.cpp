@@ -1,5 +1,5 @@
-// Lowering of softmax.
-#include "kernels/generic/linalg.h"
+// Lowering of softmax onto the vectorized softmax kernel.
+#include "kernels/generic/softmax.h"
 #include "runtime/lowering.h"
 
 namespace milrt::rt {
@@ -10,7 +10,9 @@ std::unique_ptr<Step> lower_softmax(const Op& op, LowerCtx& ctx) {
   int64_t outer, n, inner;
   split_dims(x.shape, axis, axis, outer, n, inner);
   int ix = x.id, io = o.id;
-  return make_step("softmax", op, [=](const Frame& f) { kernels::softmax_f32(f.at<float>(ix), f.at<float>(io), outer, n, inner); });
+  return make_step("softmax", op, [=](const Frame& f) {
+    kernels::scaled_masked_softmax_f32(f.at<float>(ix), f.at<float>(io), outer, n, inner);
+  });
 }
 
 }  // namespace

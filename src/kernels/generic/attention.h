@@ -1,0 +1,46 @@
+// Fused attention for one (batch, head) slice, flash style:
+//
+//   O = softmax(scale·Q·Kᵀ + mask [+ causal]) · V
+//
+// Q [Tq, D], K [Tk, D], V [Tk, Dv] and O [Tq, Dv] are dense row-major fp32.
+// Queries are taken in blocks and keys in tiles; each tile's scores go
+// through an online softmax (running row maximum and sum) straight into O, so
+// no Tq×Tk matrix exists. Causal: query i sees keys j <= i + (Tk - Tq) (the
+// last query sees every key, as in decoding against a cache); tiles wholly
+// above that line are skipped. A row that sees no key (all masked) gives NaN,
+// as the reference does.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace milrt::kernels {
+
+enum class AttentionMaskKind : uint8_t {
+  none,
+  additive,  // float, added to the scaled scores
+  keep,      // one byte per element: nonzero keeps the score, zero masks it out
+};
+
+// The mask element of (query i, key j) is data[i·row_stride + j·col_stride];
+// strides of 0 broadcast.
+struct AttentionMask {
+  AttentionMaskKind kind = AttentionMaskKind::none;
+  const void* data = nullptr;
+  int64_t row_stride = 0, col_stride = 0;
+};
+
+struct AttentionShape {
+  int64_t tq = 0, tk = 0, d = 0, dv = 0;
+  float scale = 1;
+  bool causal = false;
+};
+
+// fp32 elements of scratch attention_f32 needs for `s` (allocate once, reuse).
+size_t attention_scratch_floats(const AttentionShape& s);
+
+// Throws milrt::Error for negative sizes. Allocates nothing (the GEMMs it
+// calls keep a per-thread buffer that only grows).
+void attention_f32(const float* q, const float* k, const float* v, float* o, const AttentionShape& s,
+                   const AttentionMask& mask, float* scratch);
+
+}  // namespace milrt::kernels
