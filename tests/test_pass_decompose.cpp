@@ -1,5 +1,7 @@
-// decompose: rms_norm, layer_norm, silu, gelu (three modes), softplus,
-// sigmoid_hard, relu6 and leaky_relu become primitive MIL ops. Each rule is
+// decompose-all: rms_norm, layer_norm, silu, gelu (three modes), softplus,
+// sigmoid_hard, relu6 and leaky_relu become primitive MIL ops. The default
+// `decompose` expands only those the compiled engine has no kernel for
+// (tests at the end, "---- decompose: only what has no kernel"). Each rule is
 // shown as IR (the op list and the inputs that matter: axes, literals and
 // their dtypes, reshaped weights) and run against the reference executor on
 // the unmodified program, in fp32 and in fp16.
@@ -28,7 +30,9 @@
 #include <cstdio>
 #include <functional>
 
+#include "milrt/plan.h"
 #include "passes/pass_registry.h"
+#include "runtime/lowering.h"
 #include "test_pass_rewrite_util.h"
 
 namespace milrt::test::rewrite {
@@ -41,7 +45,7 @@ constexpr double kRelF16 = 4e-3, kAbsF16 = 4e-3;
 
 Program decomposed(const Program& p) {
   Program q = p;
-  run_passes(q, {"decompose"});
+  run_passes(q, {"decompose-all"});
   return q;
 }
 
@@ -399,6 +403,9 @@ TEST(Decompose, CoreMLBundlesAreUnchanged) {
     SCOPED_TRACE(path);
     const Program before = load_verified(path);
     EXPECT_EQ(ir_diff(before, decomposed(before)), "");
+    Program kept = before;
+    run_passes(kept, {"decompose"});
+    EXPECT_EQ(ir_diff(before, kept), "");
   }
 }
 
@@ -426,6 +433,101 @@ TEST(Decompose, OpCounts) {
               (std::vector<size_t>{e.ops, e.ops_after, e.consts_after}))
         << e.what;
   }
+}
+
+// ---- decompose: only what has no kernel ---------------------------------------------
+
+Program kernel_decomposed(const Program& p) {
+  Program q = p;
+  run_passes(q, {"decompose"});
+  return q;
+}
+
+// The compiled plan of `p` (passes: `decompose` only) against the reference
+// on the unmodified program. The plan computes in fp32 and rounds once at
+// the output: fp32 within 1e-5 relative (the norm kernels' sums, see
+// test_norm_kernels), fp16 within 2 ulps (2^-10 relative) of the reference,
+// which rounded once too.
+Deviation expect_compiles_like_reference(const Program& p, DType dt, const std::string& what, double lo, double hi) {
+  CompileOptions opt;
+  opt.passes = {"decompose"};
+  Plan plan = compile(p, opt);
+  Deviation dev;
+  for (uint64_t seed : {21, 22}) {
+    TensorMap in = random_inputs(p, seed, lo, hi);
+    bool f32 = dt == DType::FP32;
+    dev.merge(expect_outputs_close(run_reference(p, "main", in), plan.run(in), f32 ? 1e-5 : 1.0 / 1024,
+                                   f32 ? 1e-6 : 1e-3, what));
+  }
+  return dev;
+}
+
+// Every rule's op has a kernel in its table form (constant parameters, one
+// run of axes): `decompose` leaves it whole, the op has a lowering, and the
+// plan computes what the reference computes.
+TEST(DecomposeDefault, KeepsEveryOpThatHasAKernel) {
+  for (const Rule& rule : rules()) {
+    for (DType dt : {DType::FP32, DType::FP16}) {
+      std::string what = rule.what + " (" + dt_name(dt) + ")";
+      SCOPED_TRACE(what);
+      const Program before = parse_program(rule.params(dt), rule.body(dt), "y");
+      EXPECT_EQ(ir_diff(before, kernel_decomposed(before)), "");
+      const std::string& type = producer(before, "y").type;
+      EXPECT_NE(rt::find_lowering(type), nullptr) << type;
+      Deviation dev = expect_compiles_like_reference(before, dt, what, rule.lo, rule.hi);
+      std::printf("[decompose] kept %-48s plan vs reference: max |diff| %.3g, max rel %.3g\n", what.c_str(), dev.abs,
+                  dev.rel);
+    }
+  }
+}
+
+// layer_norm over axes 1 and 3 of [2, 3, 1, 4]: the size-1 dim between them
+// leaves one run, which the kernel normalizes.
+TEST(DecomposeDefault, LayerNormAcrossASize1DimStays) {
+  const Program before = parse_program(
+      "tensor<fp32, [2, 3, 1, 4]> x",
+      const_stmt("g", random(DType::FP32, {3, 4}, 12)) +
+          stmt("tensor<fp32, [2, 3, 1, 4]>", "y", "layer_norm(x = x, axes = tensor<int32, [2]>([1, 3]), gamma = g)"),
+      "y");
+  EXPECT_EQ(ir_diff(before, kernel_decomposed(before)), "");
+  expect_compiles_like_reference(before, DType::FP32, "layer_norm axes 1, 3", -3, 3);
+}
+
+// What has no kernel is expanded as decompose-all does: layer_norm over
+// axes that are not one run, parameters that are not constants.
+TEST(DecomposeDefault, ExpandsWhatHasNoKernel) {
+  struct Case {
+    std::string what, params, body;
+    Strings ops;
+  };
+  std::vector<Case> cases = {
+      {"layer_norm over axes 0 and 2", "tensor<fp32, [2, 3, 4]> x",
+       stmt("tensor<fp32, [2, 3, 4]>", "y", "layer_norm(x = x, axes = tensor<int32, [2]>([0, 2]))"),
+       {"reduce_mean", "sub", "mul", "reduce_mean", "add", "rsqrt", "mul"}},
+      {"leaky_relu with a computed alpha", "tensor<fp32, [2, 3, 4]> x, tensor<fp32, []> a",
+       stmt("tensor<fp32, [2, 3, 4]>", "y", "leaky_relu(x = x, alpha = a)"), {"mul", "less", "select"}},
+      {"sigmoid_hard with a computed beta", "tensor<fp32, [2, 3, 4]> x, tensor<fp32, []> b",
+       stmt("tensor<fp32, [2, 3, 4]>", "y", "sigmoid_hard(x = x, alpha = fp32(0.2), beta = b)"),
+       {"mul", "add", "clip"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const Program before = parse_program(c.params, c.body, "y");
+    const Program after = kernel_decomposed(before);
+    EXPECT_EQ(op_types(after), c.ops);
+    EXPECT_EQ(ir_diff(after, decomposed(before)), "");
+    expect_same_function(before, after, kRelF32, kAbsF32, c.what, 2, -3, 3);
+  }
+}
+
+// The seed's FFN keeps its rms_norm whole (decompose-all made it 6 ops).
+TEST(DecomposeDefault, SeedRmsNormStays) {
+  Program p = load_seed1("rms_q8_swiglu.mil", 11);
+  run_passes(p, {"canonicalize"});
+  const Program after = kernel_decomposed(p);
+  EXPECT_EQ(ir_diff(p, after), "");
+  Strings types = op_types(after);
+  EXPECT_EQ(std::count(types.begin(), types.end(), "rms_norm"), 1);
 }
 
 }  // namespace

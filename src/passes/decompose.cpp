@@ -1,7 +1,14 @@
-// Pass: expand composite activations and normalizations into primitive MIL
-// ops, so later stages need kernels only for the primitives (and for the ops
-// that get fused kernels of their own: softmax, matmul, conv, lstm,
-// attention, which stay as they are).
+// Passes: expand composite activations and normalizations into primitive
+// MIL ops.
+//
+//  - `decompose` (default pipeline) expands only what the compiled engine
+//    has no kernel for: silu, gelu, softplus, relu6 have unary kernels,
+//    sigmoid_hard and leaky_relu too when their parameters are constants,
+//    rms_norm and layer_norm norm kernels when their parameters are constant
+//    and the normalized axes form one run (size-1 dims may lie between).
+//    Keeping them whole is faster and rounds once, as the op does.
+//  - `decompose-all` expands every one of them, for backends that only have
+//    kernels for the primitives.
 //
 // Each expansion computes the same function in exact arithmetic (the
 // formulas of coremltools' activation.py and normalization.py; rms_norm is
@@ -245,8 +252,57 @@ bool layer_norm(const Op& op, Replacement& r) {
   return true;
 }
 
+// A scalar parameter that is absent or a compile-time constant.
+bool const_or_absent(const Replacement& r, const Op& op, const std::string& key) {
+  const Arg* a = op.arg(key);
+  if (!a) return true;
+  if (a->kind == Arg::Kind::Tuple) return false;
+  ValueInfo v = r.info(*a);
+  return v.value && v.value->numel() == 1;
+}
+
+// layer_norm's axes (default: all) form one run of x's dims, up to size-1
+// dims between them, as the norm kernel's [outer, n, inner] view needs.
+bool one_run_of_axes(const Replacement& r, const Op& op) {
+  Type xt = r.info(x_of(op)).type;
+  int64_t rank = int64_t(xt.shape.size());
+  std::vector<bool> normed(size_t(rank), !op.has("axes"));
+  if (op.has("axes")) {
+    auto axes = passes::const_ints(r, op, "axes");
+    if (!axes || axes->empty()) return false;
+    for (int64_t a : *axes) {
+      if (a < -rank || a >= rank) return false;
+      normed[size_t(a < 0 ? a + rank : a)] = true;
+    }
+  }
+  int64_t first = -1, last = -1;
+  for (int64_t i = 0; i < rank; ++i)
+    if (normed[size_t(i)]) {
+      if (first < 0) first = i;
+      last = i;
+    }
+  if (first < 0) return false;
+  for (int64_t i = first; i <= last; ++i)
+    if (!normed[size_t(i)] && xt.shape[size_t(i)] != 1) return false;
+  return true;
+}
+
+// Whether the compiled engine lowers `op` as it stands (src/runtime/lower/
+// elementwise.cpp's unary table, lower/fused_norm.cpp); the tests check
+// every op kept here compiles.
+bool has_kernel(const Op& op, const Replacement& r) {
+  const std::string& t = op.type;
+  if (t == "silu" || t == "softplus" || t == "relu6") return true;
+  if (t == "gelu") return !op.has("mode") || passes::const_str(r, op, "mode").has_value();
+  if (t == "sigmoid_hard")
+    return op.has("alpha") && op.has("beta") && const_or_absent(r, op, "alpha") && const_or_absent(r, op, "beta");
+  if (t == "leaky_relu") return op.has("alpha") && const_or_absent(r, op, "alpha");
+  if (t == "rms_norm") return const_or_absent(r, op, "eps");
+  if (t == "layer_norm") return const_or_absent(r, op, "epsilon") && one_run_of_axes(r, op);
+  return false;
+}
+
 bool decompose_op(const Op& op, Replacement& r) {
-  if (op.outputs.size() != 1 || !op.has("x") || x_of(op).kind == Arg::Kind::Tuple) return false;
   if (op.type == "silu") return silu(op, r);
   if (op.type == "gelu") return gelu(op, r);
   if (op.type == "softplus") return softplus(op, r);
@@ -258,16 +314,23 @@ bool decompose_op(const Op& op, Replacement& r) {
   return false;
 }
 
+void run(Program& p, bool all) {
+  for (auto& f : p.functions) {
+    std::set<std::string> read_before = passes::names_read(f);
+    passes::rewrite_ops(f, p.version == "1.3", [all](const Op& op, Replacement& r) {
+      if (op.outputs.size() != 1 || !op.has("x") || x_of(op).kind == Arg::Kind::Tuple) return false;
+      if (!all && has_kernel(op, r)) return false;
+      return decompose_op(op, r);
+    });
+    passes::drop_orphaned_consts(f, read_before);  // e.g. an rms_norm weight once reshaped
+  }
+}
+
 }  // namespace
 
 namespace passes {
-void decompose(Program& p) {
-  for (auto& f : p.functions) {
-    std::set<std::string> read_before = names_read(f);
-    rewrite_ops(f, p.version == "1.3", decompose_op);
-    drop_orphaned_consts(f, read_before);  // e.g. an rms_norm weight once reshaped
-  }
-}
+void decompose(Program& p) { run(p, false); }
+void decompose_all(Program& p) { run(p, true); }
 }  // namespace passes
 
 }  // namespace milrt

@@ -9,7 +9,9 @@ void fold_constexpr(Program& p);           // fold_constexpr.cpp
 void cse(Program& p);                      // cse.cpp
 void dce(Program& p);                      // dce.cpp
 void canonicalize(Program& p);             // canonicalize.cpp
-void decompose(Program& p);                // decompose.cpp
+void decompose(Program& p);                // decompose.cpp: what has no compiled kernel
+void decompose_all(Program& p);            // decompose.cpp: every composite op
+void sink_reshapes(Program& p);            // sink_reshapes.cpp
 void fuse_attention(Program& p);           // fuse_attention.cpp
 void fuse_norms(Program& p);               // fuse_norms.cpp
 void fuse_gemm_epilogue(Program& p);       // fuse_gemm_epilogue.cpp

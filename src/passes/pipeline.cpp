@@ -15,8 +15,12 @@ const std::vector<PassInfo>& all_passes() {
       {"dce", "remove ops whose results reach no function output", passes::dce},
       {"canonicalize", "linear and 1x1 conv to matmul; squeeze/expand_dims to reshape; merge reshape/transpose chains",
        passes::canonicalize},
-      {"decompose", "expand rms_norm, layer_norm, silu, gelu, softplus, sigmoid_hard, relu6, leaky_relu into primitives",
+      {"decompose", "expand the composite activations and norms that have no compiled kernel into primitives",
        passes::decompose},
+      {"decompose-all", "expand rms_norm, layer_norm, silu, gelu, softplus, sigmoid_hard, relu6, leaky_relu into "
+                        "primitives (for backends without their kernels)",
+       passes::decompose_all},
+      {"sink-reshapes", "move reshapes below elementwise ops so fusion sees whole chains", passes::sink_reshapes},
       {"fuse-attention", "Q·Kᵀ → scale → mask → softmax → ·V (and scaled_dot_product_attention) into milrt_attention; "
                          "softmax with its scale and mask into milrt_softmax",
        passes::fuse_attention},

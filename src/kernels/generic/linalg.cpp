@@ -4,6 +4,8 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/generic/lanes.h"
+
 namespace milrt::kernels {
 
 void matmul_f32(const float* a, const float* b, float* c, int64_t batch, int64_t m, int64_t n, int64_t k,
@@ -48,33 +50,126 @@ void softmax_f32(const float* x, float* y, int64_t outer, int64_t n, int64_t inn
     }
 }
 
-void reduce_f32(Reduce op, const float* x, float* y, int64_t outer, int64_t n, int64_t inner) {
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t in = 0; in < inner; ++in) {
-      const float* p = x + o * n * inner + in;
-      double acc;
-      switch (op) {
-        case Reduce::Max: acc = -INFINITY; for (int64_t i = 0; i < n; ++i) acc = std::fmax(acc, p[i * inner]); break;
-        case Reduce::Min: acc = INFINITY; for (int64_t i = 0; i < n; ++i) acc = std::fmin(acc, p[i * inner]); break;
-        case Reduce::Prod: acc = 1; for (int64_t i = 0; i < n; ++i) acc *= p[i * inner]; break;
-        case Reduce::L1: acc = 0; for (int64_t i = 0; i < n; ++i) acc += std::fabs(p[i * inner]); break;
-        case Reduce::L2:
-        case Reduce::SumSquare: acc = 0; for (int64_t i = 0; i < n; ++i) acc += double(p[i * inner]) * p[i * inner]; break;
-        case Reduce::LogSumExp: {
-          double mx = -INFINITY;
-          for (int64_t i = 0; i < n; ++i) mx = std::fmax(mx, p[i * inner]);
-          acc = 0;
-          for (int64_t i = 0; i < n; ++i) acc += std::exp(p[i * inner] - mx);
-          acc = mx + std::log(acc);
-          break;
-        }
-        default: acc = 0; for (int64_t i = 0; i < n; ++i) acc += p[i * inner]; break;
-      }
-      if (op == Reduce::Mean) acc /= double(n);
-      if (op == Reduce::L2) acc = std::sqrt(acc);
-      if (op == Reduce::LogSum) acc = std::log(acc);
-      y[o * inner + in] = float(acc);
+namespace {
+
+using lanes::kLanes;
+using lanes::kTile;
+
+// The largest (or smallest) value; a NaN anywhere makes the result NaN, as
+// in NumPy. Lanes keep a plain compare-select (vectorizable) and a NaN flag.
+template <bool Max>
+float extreme(const float* x, int64_t n) {
+  constexpr float start = Max ? -INFINITY : INFINITY;
+  float m[kLanes];
+  int nan[kLanes] = {};
+  for (int j = 0; j < kLanes; ++j) m[j] = start;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) {
+      float v = x[i + j];
+      m[j] = (Max ? v > m[j] : v < m[j]) ? v : m[j];
+      nan[j] |= v != v;
     }
+  for (int j = 0; i < n; ++i, ++j) {
+    float v = x[i];
+    m[j] = (Max ? v > m[j] : v < m[j]) ? v : m[j];
+    nan[j] |= v != v;
+  }
+  float r = start;
+  for (int j = 0; j < kLanes; ++j) {
+    if (nan[j]) return NAN;
+    r = (Max ? m[j] > r : m[j] < r) ? m[j] : r;
+  }
+  return r;
+}
+
+// The same per column of an [n, stride] block, columns j < w.
+template <bool Max>
+void column_extremes(const float* x, int64_t n, int64_t stride, int64_t w, double* out) {
+  float m[kTile];
+  int nan[kTile] = {};
+  for (int64_t j = 0; j < w; ++j) m[j] = Max ? -INFINITY : INFINITY;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* row = x + i * stride;
+    for (int64_t j = 0; j < w; ++j) {
+      float v = row[j];
+      m[j] = (Max ? v > m[j] : v < m[j]) ? v : m[j];
+      nan[j] |= v != v;
+    }
+  }
+  for (int64_t j = 0; j < w; ++j) out[j] = nan[j] ? NAN : m[j];
+}
+
+// The accumulated value of a reduction over one contiguous run of n.
+double reduce_run(Reduce op, const float* p, int64_t n) {
+  switch (op) {
+    case Reduce::Max: return extreme<true>(p, n);
+    case Reduce::Min: return extreme<false>(p, n);
+    case Reduce::Prod: {  // in fp64: fp32 partial products over- and underflow
+      double acc = 1;
+      for (int64_t i = 0; i < n; ++i) acc *= p[i];
+      return acc;
+    }
+    case Reduce::L1: return lanes::sum(p, n, [](float v) { return std::fabs(v); });
+    case Reduce::L2:
+    case Reduce::SumSquare: return lanes::sum(p, n, [](float v) { return v * v; });
+    case Reduce::LogSumExp: {
+      float mx = extreme<true>(p, n);
+      return mx + std::log(lanes::sum(p, n, [mx](float v) { return std::exp(v - mx); }));
+    }
+    default: return lanes::sum(p, n, [](float v) { return v; });
+  }
+}
+
+// The same for w <= kTile columns of an [n, stride] block.
+void reduce_columns(Reduce op, const float* p, int64_t n, int64_t stride, int64_t w, double* acc) {
+  switch (op) {
+    case Reduce::Max: return column_extremes<true>(p, n, stride, w, acc);
+    case Reduce::Min: return column_extremes<false>(p, n, stride, w, acc);
+    case Reduce::Prod:
+      for (int64_t j = 0; j < w; ++j) acc[j] = 1;
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < w; ++j) acc[j] *= p[i * stride + j];
+      return;
+    case Reduce::L1: return lanes::column_sums(p, n, stride, w, acc, [](float v, int64_t) { return std::fabs(v); });
+    case Reduce::L2:
+    case Reduce::SumSquare: return lanes::column_sums(p, n, stride, w, acc, [](float v, int64_t) { return v * v; });
+    case Reduce::LogSumExp: {
+      double mx[kTile];
+      column_extremes<true>(p, n, stride, w, mx);
+      float m[kTile];
+      for (int64_t j = 0; j < w; ++j) m[j] = float(mx[j]);
+      lanes::column_sums(p, n, stride, w, acc, [&m](float v, int64_t j) { return std::exp(v - m[j]); });
+      for (int64_t j = 0; j < w; ++j) acc[j] = mx[j] + std::log(acc[j]);
+      return;
+    }
+    default: return lanes::column_sums(p, n, stride, w, acc, [](float v, int64_t) { return v; });
+  }
+}
+
+float finish(Reduce op, double acc, int64_t n) {
+  if (op == Reduce::Mean) acc /= double(n);
+  if (op == Reduce::L2) acc = std::sqrt(acc);
+  if (op == Reduce::LogSum) acc = std::log(acc);
+  return float(acc);
+}
+
+}  // namespace
+
+void reduce_f32(Reduce op, const float* x, float* y, int64_t outer, int64_t n, int64_t inner) {
+  for (int64_t o = 0; o < outer; ++o) {
+    const float* xo = x + o * n * inner;
+    if (inner == 1) {
+      y[o] = finish(op, reduce_run(op, xo, n), n);
+      continue;
+    }
+    for (int64_t t = 0; t < inner; t += kTile) {
+      int64_t w = std::min(kTile, inner - t);
+      double acc[kTile];
+      reduce_columns(op, xo + t, n, inner, w, acc);
+      for (int64_t j = 0; j < w; ++j) y[o * inner + t + j] = finish(op, acc[j], n);
+    }
+  }
 }
 
 void arg_reduce_f32(bool max, const float* x, int32_t* y, int64_t outer, int64_t n, int64_t inner) {

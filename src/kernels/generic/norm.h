@@ -1,0 +1,21 @@
+// Normalization kernels over the middle dim of an [outer, n, inner] view:
+// inner == 1 is the row-major case (normalize each contiguous row of n),
+// inner > 1 the channel-first one ([1, C, 1, S]: n = C strided by inner = S),
+// vectorized across inner. Statistics accumulate in fp32 lanes over blocks of
+// rows, the block sums in fp64, so the rounding error does not grow with n.
+#pragma once
+#include <cstdint>
+
+namespace milrt::kernels {
+
+// y = x / sqrt(mean(x²) + eps) · gamma[i] (gamma: n values, or nullptr for 1).
+// y may alias x.
+void rms_norm_f32(const float* x, const float* gamma, float* y, int64_t outer, int64_t n, int64_t inner, float eps);
+
+// y = (x - mean) / sqrt(var + eps) · gamma[i] + beta[i], var the biased
+// variance computed from the centered values (two passes, no cancellation).
+// gamma and beta: n values each, or nullptr. y may alias x.
+void layer_norm_f32(const float* x, const float* gamma, const float* beta, float* y, int64_t outer, int64_t n,
+                    int64_t inner, float eps);
+
+}  // namespace milrt::kernels
