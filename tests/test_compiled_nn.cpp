@@ -13,6 +13,7 @@
 #include "milrt/mil.h"
 #include "milrt/plan.h"
 #include "support/test_util.h"
+#include "test_pass_rewrite_util.h"
 
 namespace milrt {
 namespace {
@@ -21,6 +22,7 @@ struct Param {
   std::string name;
   DType dtype;
   Shape shape;
+  bool constant = false;   // a const op in the body (weights a plan can pack) rather than a function input
 };
 
 std::string shape_text(const Shape& s) {
@@ -50,13 +52,18 @@ double compiled_vs_reference(const std::vector<Param>& params, const std::string
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> u(-1, 1);
   TensorMap in;
+  std::string consts;
   for (auto& p : params) {
-    ptext += (ptext.empty() ? "" : ", ") + ttype(p.dtype, p.shape) + " " + p.name;
     Tensor t(p.dtype, p.shape);
     for (int64_t i = 0; i < t.numel(); ++i) t.set(size_t(i), p.dtype == DType::Int32 ? double(rng() % 200) - 100 : u(rng));
+    if (p.constant) {
+      consts += test::rewrite::const_stmt(p.name, t);
+      continue;
+    }
+    ptext += (ptext.empty() ? "" : ", ") + ttype(p.dtype, p.shape) + " " + p.name;
     in[p.name] = t;
   }
-  Program prog = parse_mil(test::program_text(ptext, body, outs), "<test>", ".");
+  Program prog = parse_mil(test::program_text(ptext, consts + body, outs), "<test>", ".");
   verify(prog);
   TensorMap want = run_reference(prog, "main", in);
   TensorMap got = compile(prog).run(in);
@@ -177,17 +184,18 @@ Shape conv_out(const ConvCase& c) {
   return out;
 }
 
-void check_conv(const ConvCase& c, DType dt, double tol, uint32_t seed) {
-  std::vector<Param> params = {{"x", dt, c.x}, {"w", dt, c.w}};
+void check_conv(const ConvCase& c, DType dt, double tol, uint32_t seed, bool const_weights = false) {
+  std::vector<Param> params = {{"x", dt, c.x}, {"w", dt, c.w, const_weights}};
   std::string expr = "conv(x = x, weight = w, strides = " + ints(c.strides) + ", dilations = " + ints(c.dilations) +
                      ", groups = int32(" + std::to_string(c.groups) + "), pad_type = " + str(c.pad_type);
   if (c.pad_type == "custom") expr += ", pad = " + ints(c.pad);
   if (c.bias) {
-    params.push_back({"b", dt, {c.w[0]}});
+    params.push_back({"b", dt, {c.w[0]}, const_weights});
     expr += ", bias = b";
   }
   std::string body = test::stmt(ttype(dt, conv_out(c)), "y", expr + ")");
-  EXPECT_LE(compiled_vs_reference(params, body, "y", seed), tol) << c.pad_type << " x " << shape_text(c.x);
+  EXPECT_LE(compiled_vs_reference(params, body, "y", seed), tol)
+      << c.pad_type << " x " << shape_text(c.x) << " w " << shape_text(c.w) << (const_weights ? " (packed)" : "");
 }
 
 TEST(CompiledNn, Conv1dAgreesForEveryPadType) {
@@ -208,6 +216,31 @@ TEST(CompiledNn, Conv2dAgreesForEveryPadType) {
   }
 }
 
+// Constant weights take the packed-GEMM path (im2col + kernels::gemm) where a
+// group has at least 8 output channels, the plain loop below that: both are
+// covered, with odd sizes that leave partial GEMM tiles, batch > 1, 3-D convs,
+// and padding wider than the kernel. Sums reach 3 * 5 * 4 = 60 products (fp32:
+// well inside 1e-5 of 1 + |y|).
+TEST(CompiledNn, ConvWithConstantWeightsAgrees) {
+  uint32_t seed = 300;
+  for (const char* pt : {"valid", "same", "same_lower", "custom"}) {
+    check_conv({{2, 6, 11}, {18, 3, 3}, {2}, {2}, 2, pt, {2, 1}, true}, DType::FP32, 1e-5, seed++, true);
+    check_conv({{1, 3, 13}, {33, 3, 4}, {3}, {1}, 1, pt, {0, 3}, false}, DType::FP32, 1e-5, seed++, true);
+    check_conv({{1, 4, 9}, {4, 1, 5}, {1}, {2}, 4, pt, {4, 4}, true}, DType::FP32, 1e-5, seed++, true);  // depthwise
+    check_conv({{3, 5, 7, 6}, {17, 5, 3, 2}, {2, 1}, {1, 2}, 1, pt, {3, 0, 1, 2}, true}, DType::FP32, 1e-5, seed++,
+               true);
+    check_conv({{1, 4, 8, 8}, {16, 2, 3, 3}, {1, 2}, {2, 1}, 2, pt, {1, 2, 0, 1}, false}, DType::FP32, 1e-5, seed++,
+               true);
+    check_conv({{1, 3, 4, 5, 6}, {9, 3, 2, 3, 2}, {1, 2, 2}, {2, 1, 1}, 1, pt, {1, 0, 0, 1, 2, 0}, true},
+               DType::FP32, 1e-5, seed++, true);
+  }
+  // The shapes of Silero VAD's STFT and encoder: one output position, few rows.
+  check_conv({{1, 1, 640}, {258, 1, 256}, {128}, {1}, 1, "valid", {}, false}, DType::FP32, 1e-5, seed++, true);
+  check_conv({{1, 129, 4}, {128, 129, 3}, {1}, {1}, 1, "custom", {1, 1}, true}, DType::FP32, 1e-5, seed++, true);
+  check_conv({{1, 64, 1}, {128, 64, 3}, {1}, {1}, 1, "custom", {1, 1}, true}, DType::FP32, 1e-5, seed++, true);
+  check_conv({{1, 4, 10}, {12, 4, 3}, {1}, {1}, 1, "same", {}, true}, DType::FP16, 1e-2, seed++, true);
+}
+
 TEST(CompiledNn, ConvInFp16AgreesWithinFp16Rounding) {
   check_conv({{1, 4, 10}, {4, 2, 3}, {1}, {1}, 2, "same", {}, true}, DType::FP16, 1e-2, 70);
   check_conv({{1, 2, 5, 6}, {3, 2, 2, 3}, {2, 1}, {1, 1}, 1, "valid", {}, true}, DType::FP16, 1e-2, 71);
@@ -226,14 +259,16 @@ std::string lstm_body(const std::string& direction, bool out_seq, int64_t seq, i
 }
 
 void check_lstm(const std::string& direction, bool out_seq, const std::string& extra, std::vector<Param> more,
-                uint32_t seed) {
+                uint32_t seed, bool const_weights = false) {
   const int64_t seq = 5, batch = 3, in = 4, h = 6, hd = (direction == "bidirectional" ? 2 : 1) * h;
   std::vector<Param> params = {{"x", DType::FP32, {seq, batch, in}},   {"h0", DType::FP32, {batch, hd}},
-                               {"c0", DType::FP32, {batch, hd}},       {"wih", DType::FP32, {4 * h, in}},
-                               {"whh", DType::FP32, {4 * h, h}}};
+                               {"c0", DType::FP32, {batch, hd}},       {"wih", DType::FP32, {4 * h, in}, const_weights},
+                               {"whh", DType::FP32, {4 * h, h}, const_weights}};
+  for (Param& p : more) p.constant = const_weights && p.name.rfind("w", 0) == 0;
   params.insert(params.end(), more.begin(), more.end());
   double err = compiled_vs_reference(params, lstm_body(direction, out_seq, seq, batch, h, extra), "y, hn, cn", seed);
-  EXPECT_LE(err, 1e-5) << direction << (out_seq ? " with" : " without") << " sequence" << extra;
+  EXPECT_LE(err, 1e-5) << direction << (out_seq ? " with" : " without") << " sequence" << extra
+                       << (const_weights ? " (packed)" : "");
 }
 
 TEST(CompiledNn, LstmAgreesInEveryDirection) {
@@ -242,13 +277,30 @@ TEST(CompiledNn, LstmAgreesInEveryDirection) {
   std::vector<Param> back = {{"b", DType::FP32, {4 * h}}, {"wihb", DType::FP32, {4 * h, in}},
                              {"whhb", DType::FP32, {4 * h, h}}, {"bb", DType::FP32, {4 * h}}};
   uint32_t seed = 100;
-  for (bool out_seq : {false, true}) {
-    check_lstm("forward", out_seq, ", bias = b", bias, seed++);
-    check_lstm("forward", out_seq, "", {}, seed++);
-    check_lstm("reverse", out_seq, ", bias = b", bias, seed++);
-    check_lstm("bidirectional", out_seq, ", bias = b, weight_ih_back = wihb, weight_hh_back = whhb, bias_back = bb",
-               back, seed++);
-  }
+  // Constant weights take the packed-GEMM kernel, run-time ones the plain loop.
+  for (bool packed : {false, true})
+    for (bool out_seq : {false, true}) {
+      check_lstm("forward", out_seq, ", bias = b", bias, seed++, packed);
+      check_lstm("forward", out_seq, "", {}, seed++, packed);
+      check_lstm("reverse", out_seq, ", bias = b", bias, seed++, packed);
+      check_lstm("bidirectional", out_seq, ", bias = b, weight_ih_back = wihb, weight_hh_back = whhb, bias_back = bb",
+                 back, seed++, packed);
+    }
+}
+
+// Silero VAD's LSTM: one step, batch 1, 128 inputs and hidden units, packed weights.
+TEST(CompiledNn, LstmWithPackedWeightsAtSileroSize) {
+  const int64_t h = 128, in = 128;
+  std::vector<Param> params = {{"x", DType::FP32, {1, 1, in}},          {"h0", DType::FP32, {1, h}},
+                               {"c0", DType::FP32, {1, h}},             {"wih", DType::FP32, {4 * h, in}, true},
+                               {"whh", DType::FP32, {4 * h, h}, true},  {"b", DType::FP32, {4 * h}, true}};
+  const std::string body = "    " + ttype(DType::FP32, {1, 1, h}) + " y, " + ttype(DType::FP32, {1, h}) + " hn, " +
+                           ttype(DType::FP32, {1, h}) +
+                           " cn = lstm(x = x, initial_h = h0, initial_c = c0, weight_ih = wih, weight_hh = whh, "
+                           "bias = b, direction = string(\"forward\"), output_sequence = bool(true))"
+                           "[name = string(\"l\")];\n";
+  // 256 products of values in [-1, 1] per gate: fp32 sums stay near 1e-5 of their magnitude.
+  EXPECT_LE(compiled_vs_reference(params, body, "y, hn, cn", 400), 1e-5);
 }
 
 TEST(CompiledNn, LstmPeepholeClipAndActivations) {
@@ -261,6 +313,11 @@ TEST(CompiledNn, LstmPeepholeClipAndActivations) {
              more, 201);
   check_lstm("forward", false, ", bias = b, activation = string(\"scaled_tanh\"), cell_activation = string(\"sigmoid\")",
              more, 202);
+  check_lstm("forward", true, ", bias = b, peephole = p, clip = fp32(0.3)", more, 203, true);
+  check_lstm("reverse", true,
+             ", bias = b, peephole = p, recurrent_activation = string(\"hard_sigmoid\"), cell_activation = "
+             "string(\"relu\"), activation = string(\"linear\")",
+             more, 204, true);
 }
 
 // ---------------------------------------------------------------- what does not compile

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "milrt/dtype.h"
+#include "milrt/plan.h"
 #include "support/test_util.h"
 
 namespace milrt::test {
@@ -310,6 +311,49 @@ TEST(SeedGraph, ConvChainSiluMatchesReference) {
   ASSERT_EQ(y.shape(), (Shape{1, 64, 1, 1}));
   expect_f16_close("y", values(y), conv_reference(w1, w2, w3, x, kF16));
   expect_seed_bound("y", values(y), conv_reference(w1, w2, w3, x, kExact), 0.03);
+}
+
+// The seed's fusion test: its scheduler turns the six logical ops (c1, c2, g,
+// gs, gsl, y) into three Neural Engine programs. A milrt plan also runs three
+// kernels: the two chain convs as GEMMs, and the third conv with its SiLU and
+// the residual add fused into the GEMM's epilogue (the seed's third program,
+// the residual add, is absorbed too, so the chain's output c2 is read once
+// more instead of being written and read by a separate kernel). Reshapes are
+// views, not kernels. Values: the plan computes in fp32 and rounds once to
+// fp16, so it is within one fp16 ulp of the unrounded math.
+TEST(SeedGraph, ConvChainSiluCompilesToThreeKernels) {
+  fs::path mil = stage("conv_chain_silu.mil");
+  Vec w1 = conv_weight(1, 96, 64), w2 = conv_weight(2, 64, 96), w3 = conv_weight(3, 64, 64);
+  write_f16(mil.parent_path() / "w1.bin", w1);
+  write_f16(mil.parent_path() / "w2.bin", w2);
+  write_f16(mil.parent_path() / "w3.bin", w3);
+  Loaded l = load(mil);
+  Plan plan = compile(l.p);
+  std::vector<Plan::StepInfo> steps = plan.steps();
+  std::string listing;
+  for (const auto& st : steps) {
+    listing += st.kernel + ":";
+    for (const auto& o : st.ops) listing += " " + o;
+    listing += "\n";
+  }
+  ASSERT_EQ(steps.size(), 3u) << listing;
+  // Passes name the values they make after the op they came from: "g__matmul" is conv g's product.
+  auto origin = [](const std::string& v) { return v.substr(0, v.find("__")); };
+  std::vector<std::set<std::string>> origins;
+  for (const auto& st : steps) {
+    origins.emplace_back();
+    for (const auto& o : st.ops) origins.back().insert(origin(o));
+  }
+  EXPECT_EQ(origins[0], (std::set<std::string>{"c1"})) << listing;
+  EXPECT_EQ(origins[1], (std::set<std::string>{"c2"})) << listing;
+  EXPECT_EQ(origins[2], (std::set<std::string>{"g", "gs", "gsl", "y"})) << listing;
+
+  Vec x;
+  for (size_t i = 0; i < 64; ++i) x.push_back(seed_f16(float((i * 5 + 3) % 13) / 16.0f - 0.35f));
+  TensorMap out = plan.run({{"x", f16_tensor({1, 64, 1, 1}, x)}});
+  Vec got = values(out.at("y")), want = conv_reference(w1, w2, w3, x, kExact);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_LE(std::fabs(got[i] - want[i]), ulp_f16(want[i])) << "y[" << i << "]";
 }
 
 // ---- ane_onchip_backprop_training_exec -----------------------------------------

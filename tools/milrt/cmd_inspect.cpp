@@ -1,21 +1,49 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "inspect_dot.h"
+#include "milrt/error.h"
 #include "milrt/mil.h"
+#include "milrt/npy.h"
+#include "milrt/passes.h"
 #include "milrt/plan.h"
 
 namespace milrt::cli {
+namespace {
+
+// Ops of function `fn` other than `const`: what each pass is judged by.
+size_t op_count(const Program& p, const std::string& fn) {
+  const Function* f = p.function(fn);
+  size_t n = 0;
+  if (f)
+    for (const Op& op : f->ops) n += op.type != "const";
+  return n;
+}
+
+}  // namespace
 
 void add_inspect(CLI::App& app) {
   auto* cmd = app.add_subcommand("inspect", "Compile a model and print its plan: kernels, FLOPs, bytes, arena");
-  static std::string model, function = "main";
+  static std::string model, function = "main", dot;
   cmd->add_option("model", model, "a .mlmodelc directory or a .mil file")->required();
   cmd->add_option("--function", function, "function to compile (default main)");
+  cmd->add_option("--dot", dot, "also write the plan as a Graphviz graph to this file");
   cmd->callback([] {
     Program p = load_model(model);
     verify(p);
+    if (!p.function(function)) throw milrt::Error("no function '" + function + "' in " + model);
     CompileOptions opts;
     opts.function = function;
+    // The pipeline once more, outside compile(), to count ops after each pass
+    // and to keep the optimized function for the graph's edges.
+    Program optimized = p;
+    std::printf("%-24s %8s %8s\n", "pass", "ops in", "ops out");
+    size_t before = op_count(optimized, function);
+    run_passes(optimized, opts.passes, [&](const std::string& pass, const Program& q) {
+      const size_t after = op_count(q, function);
+      std::printf("%-24s %8zu %8zu\n", pass.c_str(), before, after);
+      before = after;
+    });
     Plan plan = compile(p, opts);
     double flops = 0, bytes = 0;
     int i = 0;
@@ -28,6 +56,10 @@ void add_inspect(CLI::App& app) {
     }
     std::printf("%zu steps, %.0f flop, %.0f bytes moved; arena %zu bytes for %zu bytes of intermediates\n",
                 plan.steps().size(), flops, bytes, plan.arena_bytes(), plan.intermediate_bytes());
+    if (!dot.empty()) {
+      write_file_atomic(dot, plan_dot(plan, *optimized.function(function)));
+      std::printf("wrote %s\n", dot.c_str());
+    }
   });
 }
 

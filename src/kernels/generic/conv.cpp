@@ -1,6 +1,8 @@
 #include "kernels/generic/conv.h"
 
 #include <algorithm>
+#include <climits>
+#include <cmath>
 
 namespace milrt::kernels {
 namespace {
@@ -12,6 +14,24 @@ void valid_range(int64_t offset, int64_t stride, int64_t n, int64_t out, int64_t
   hi = offset >= n ? 0 : (n - 1 - offset) / stride + 1;
   lo = std::min(lo, out);
   hi = std::max(lo, std::min(hi, out));
+}
+
+// Below this many output channels per group a GEMM's columns are mostly
+// padding (depthwise convs): the plain loop is faster there.
+constexpr int64_t kMinGemmChannels = 8;
+// The im2col buffer is capped (floats) so huge images fall back to the plain loop
+// rather than doubling their memory.
+constexpr int64_t kMaxColumnFloats = int64_t(1) << 24;
+
+float activate(float v, ConvAct act, float alpha, float beta) {
+  switch (act) {
+    case ConvAct::none: return v;
+    case ConvAct::relu: return v > 0.0f ? v : 0.0f;
+    case ConvAct::clip: return std::min(std::max(v, alpha), beta);
+    case ConvAct::sigmoid: return 1.0f / (1.0f + std::exp(-v));
+    case ConvAct::silu: return v / (1.0f + std::exp(-v));
+  }
+  return v;
 }
 
 }  // namespace
@@ -48,6 +68,83 @@ void conv_f32(const float* x, const float* w, const float* bias, float* y, const
             }
       }
     }
+}
+
+void conv_activate(float* y, int64_t n, ConvAct act, float alpha, float beta) {
+  if (act == ConvAct::none) return;
+  for (int64_t i = 0; i < n; ++i) y[i] = activate(y[i], act, alpha, beta);
+}
+
+ConvKernel::ConvKernel(const ConvGeometry& g, const float* weight, ConvAct act, float alpha, float beta)
+    : g_(g), act_(act), alpha_(alpha), beta_(beta) {
+  const int64_t cig = g.cin / g.groups, cog = g.cout / g.groups;
+  const int64_t nout = g.out[0] * g.out[1] * g.out[2], nk = g.kernel[0] * g.kernel[1] * g.kernel[2];
+  rows_ = g.batch * nout;
+  k_ = cig * nk;
+  const int64_t nin = g.in[0] * g.in[1] * g.in[2];
+  if (!weight || cog < kMinGemmChannels || rows_ * k_ > kMaxColumnFloats || nin > INT32_MAX) return;
+  // Where each tap of each output position reads, resolved once.
+  gather_.resize(size_t(nout * nk));
+  size_t i = 0;
+  for (int64_t o0 = 0; o0 < g.out[0]; ++o0)
+    for (int64_t o1 = 0; o1 < g.out[1]; ++o1)
+      for (int64_t o2 = 0; o2 < g.out[2]; ++o2)
+        for (int64_t k0 = 0; k0 < g.kernel[0]; ++k0)
+          for (int64_t k1 = 0; k1 < g.kernel[1]; ++k1)
+            for (int64_t k2 = 0; k2 < g.kernel[2]; ++k2) {
+              const int64_t p0 = o0 * g.stride[0] + k0 * g.dilation[0] - g.pad_before[0];
+              const int64_t p1 = o1 * g.stride[1] + k1 * g.dilation[1] - g.pad_before[1];
+              const int64_t p2 = o2 * g.stride[2] + k2 * g.dilation[2] - g.pad_before[2];
+              const bool inside = p0 >= 0 && p0 < g.in[0] && p1 >= 0 && p1 < g.in[1] && p2 >= 0 && p2 < g.in[2];
+              gather_[i++] = inside ? int32_t((p0 * g.in[1] + p1) * g.in[2] + p2) : -1;
+            }
+  // Group g's weights [cog, k_] are row-major, so op(B) = their transpose.
+  for (int64_t grp = 0; grp < g.groups; ++grp)
+    packed_.emplace_back(MatrixRef{weight + grp * cog * k_, ElemType::f32, k_, true}, k_, cog);
+  cols_.assign(size_t(rows_ * k_), 0.0f);
+  acc_.assign(size_t(rows_ * cog), 0.0f);
+}
+
+ConvKernel::ConvKernel(ConvKernel&&) noexcept = default;
+ConvKernel::~ConvKernel() = default;
+
+void ConvKernel::run(const float* x, const float* w, const float* bias, float* y) const {
+  const ConvGeometry& g = g_;
+  const int64_t nout = g.out[0] * g.out[1] * g.out[2];
+  if (packed_.empty()) {
+    conv_f32(x, w, bias, y, g);
+    conv_activate(y, g.batch * g.cout * nout, act_, alpha_, beta_);
+    return;
+  }
+  const int64_t cig = g.cin / g.groups, cog = g.cout / g.groups;
+  const int64_t nin = g.in[0] * g.in[1] * g.in[2], nk = g.kernel[0] * g.kernel[1] * g.kernel[2];
+  float* cols = cols_.data();
+  float* acc = acc_.data();
+  for (int64_t grp = 0; grp < g.groups; ++grp) {
+    // cols[(n, p), (icl, tap)]: the input patch of output position p.
+    for (int64_t n = 0; n < g.batch; ++n) {
+      const float* xg = x + (n * g.cin + grp * cig) * nin;
+      for (int64_t p = 0; p < nout; ++p) {
+        float* row = cols + (n * nout + p) * k_;
+        const int32_t* gat = gather_.data() + p * nk;
+        for (int64_t icl = 0; icl < cig; ++icl) {
+          const float* xc = xg + icl * nin;
+          float* r = row + icl * nk;
+          for (int64_t t = 0; t < nk; ++t) r[t] = gat[t] >= 0 ? xc[gat[t]] : 0.0f;
+        }
+      }
+    }
+    gemm(rows_, MatrixRef{cols, ElemType::f32, k_}, packed_[size_t(grp)], OutputRef{acc, ElemType::f32, cog});
+    // acc is [(n, p), oc]; y wants [n, oc, p]: transpose while adding bias and activating.
+    for (int64_t n = 0; n < g.batch; ++n)
+      for (int64_t oc = 0; oc < cog; ++oc) {
+        const int64_t c = grp * cog + oc;
+        const float b = bias ? bias[c] : 0.0f;
+        float* yr = y + (n * g.cout + c) * nout;
+        const float* ar = acc + n * nout * cog + oc;
+        for (int64_t p = 0; p < nout; ++p) yr[p] = activate(ar[p * cog] + b, act_, alpha_, beta_);
+      }
+  }
 }
 
 }  // namespace milrt::kernels

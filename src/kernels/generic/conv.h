@@ -1,8 +1,13 @@
-// Direct fp32 convolution over up to three spatial dims. Knows nothing of MIL:
-// callers resolve padding, strides and dilations beforehand; 1-D and 2-D
-// convolutions pass size-1 leading spatial dims (kernel 1, stride 1, no pad).
+// fp32 convolution over up to three spatial dims, with a fused bias and
+// activation. Knows nothing of MIL: callers resolve padding, strides and
+// dilations beforehand; 1-D and 2-D convolutions pass size-1 leading spatial
+// dims (kernel 1, stride 1, no pad).
 #pragma once
 #include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/gemm.h"
 
 namespace milrt::kernels {
 
@@ -13,8 +18,49 @@ struct ConvGeometry {
   int64_t pad_before[3] = {0, 0, 0};   // leading zero padding; trailing padding is implied by `out`
 };
 
+// What follows the convolution and its bias, per output element.
+enum class ConvAct : uint8_t {
+  none,
+  relu,      // max(v, 0)
+  clip,      // min(max(v, alpha), beta)
+  sigmoid,   // 1 / (1 + e^-v)
+  silu,      // v · sigmoid(v)
+};
+
 // y [batch, cout, out...] = bias + conv(x [batch, cin, in...], w [cout, cin / groups, kernel...]);
-// `bias` (cout values) may be null. Allocates nothing.
+// `bias` (cout values) may be null. Allocates nothing. The plain loop: any
+// geometry, no set-up; the reference point for ConvKernel's fast path.
 void conv_f32(const float* x, const float* w, const float* bias, float* y, const ConvGeometry& g);
+
+// act(v) in place over n values.
+void conv_activate(float* y, int64_t n, ConvAct act, float alpha, float beta);
+
+// A convolution planned once for a geometry: with the weights known up front
+// they are packed for kernels::gemm and the input is gathered (im2col) into
+// a buffer sized here, so run() allocates nothing. Without weights, or where
+// a GEMM per group does not pay (few output channels per group), run() uses
+// the plain loop. Not thread-safe: one run at a time (scratch is owned).
+class ConvKernel {
+ public:
+  // `weight` (if not null) is read here only; it is [cout, cin / groups, kernel...].
+  ConvKernel(const ConvGeometry& g, const float* weight, ConvAct act = ConvAct::none, float alpha = 0,
+             float beta = 0);
+  ConvKernel(ConvKernel&&) noexcept;
+  ~ConvKernel();
+
+  // `w` is used only when no weight was given at construction; `bias` may be null.
+  void run(const float* x, const float* w, const float* bias, float* y) const;
+  bool uses_gemm() const { return !packed_.empty(); }
+  const ConvGeometry& geometry() const { return g_; }
+
+ private:
+  ConvGeometry g_;
+  ConvAct act_;
+  float alpha_, beta_;
+  int64_t rows_ = 0, k_ = 0;            // GEMM rows (batch × output positions) and depth (cin/groups × taps)
+  std::vector<int32_t> gather_;         // per (output position, tap): spatial input offset, or -1 (padding)
+  std::vector<PackedB> packed_;         // per group: weightᵀ [k_, cout / groups]
+  mutable std::vector<float> cols_, acc_;
+};
 
 }  // namespace milrt::kernels

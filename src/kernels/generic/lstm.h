@@ -2,10 +2,14 @@
 // order, optional peepholes (i, f, o) and cell clipping. Knows nothing of MIL.
 #pragma once
 #include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/gemm.h"
 
 namespace milrt::kernels {
 
-enum class Activation { Sigmoid, Tanh, Relu, Linear, HardSigmoid };
+enum class LstmAct { Sigmoid, Tanh, Relu, Linear, HardSigmoid };
 
 struct LstmDirection {
   const float* w_ih = nullptr;       // [4H, input]
@@ -22,7 +26,7 @@ struct LstmConfig {
   // Where step `s` of a backward direction is written in the output sequence:
   // at its processing position s (Core ML "reverse") or its time index (bidirectional).
   bool backward_in_processing_order = false;
-  Activation recurrent = Activation::Sigmoid, cell = Activation::Tanh, output = Activation::Tanh;
+  LstmAct recurrent = LstmAct::Sigmoid, cell = LstmAct::Tanh, output = LstmAct::Tanh;
   bool clip = false;
   float clip_value = 0;
 };
@@ -33,5 +37,27 @@ struct LstmConfig {
 // must not alias x, h0 or c0 unless equal to them. Allocates nothing.
 void lstm_f32(const float* x, const float* h0, const float* c0, const LstmDirection* dirs, const LstmConfig& cfg,
               float* y, float* h_n, float* c_n, float* gates);
+
+// The same LSTM planned once with constant weights: weight_ih and weight_hh
+// are packed for kernels::gemm, the input projection of all time steps is one
+// GEMM (bias in its epilogue), each step adds h·W_hhᵀ with a second GEMM and
+// runs the gate math over the whole 4H row. Scratch is sized here, so run()
+// allocates nothing. Not thread-safe: one run at a time.
+class LstmKernel {
+ public:
+  // dirs[d].w_ih / w_hh are read here only; bias and peephole are taken at run().
+  LstmKernel(const LstmConfig& cfg, const LstmDirection* dirs);
+  LstmKernel(LstmKernel&&) noexcept;
+  ~LstmKernel();
+  // `bias[d]` and `peephole[d]` per direction, each may be null. Same outputs and aliasing rules as lstm_f32.
+  void run(const float* x, const float* h0, const float* c0, const float* const* bias,
+           const float* const* peephole, float* y, float* h_n, float* c_n) const;
+
+ private:
+  LstmConfig cfg_;
+  bool backward_[2] = {false, false};
+  std::vector<PackedB> w_ih_, w_hh_;   // per direction: [input, 4H] and [H, 4H] as op(B)
+  mutable std::vector<float> xproj_, gates_;
+};
 
 }  // namespace milrt::kernels

@@ -5,8 +5,8 @@
 #include <cctype>
 #include <memory>
 
-#include "kernels/generic/conv.h"
 #include "kernels/generic/lstm.h"
+#include "runtime/lower/conv_lowering.h"
 #include "runtime/lowering.h"
 
 namespace milrt::rt {
@@ -19,7 +19,28 @@ void require_float(const Op& op, std::initializer_list<ValueRef> vs) {
     if (v.dtype != DType::FP32) throw_op_error(op, "only float " + op.type + " compiles");
 }
 
-std::unique_ptr<Step> lower_conv(const Op& op, LowerCtx& ctx) {
+// A compile-time constant float tensor as fp32 values (kept alive by the returned holder).
+const float* const_f32(const Tensor* t, std::shared_ptr<Tensor>& holder) {
+  if (!t) return nullptr;
+  if (t->dtype() == DType::FP32) return t->ptr<float>();
+  holder = std::make_shared<Tensor>(t->cast(DType::FP32));
+  return holder->ptr<float>();
+}
+
+const char* act_name(kernels::ConvAct a) {
+  switch (a) {
+    case kernels::ConvAct::none: return "";
+    case kernels::ConvAct::relu: return "+relu";
+    case kernels::ConvAct::clip: return "+clip";
+    case kernels::ConvAct::sigmoid: return "+sigmoid";
+    case kernels::ConvAct::silu: return "+silu";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::unique_ptr<Step> lower_conv_with(const Op& op, LowerCtx& ctx, kernels::ConvAct act, float alpha, float beta) {
   ValueRef x = ctx.input(op, "x"), w = ctx.input(op, "weight"), o = ctx.output(op);
   require_float(op, {x, w});
   const size_t rank = x.shape.size();
@@ -76,24 +97,36 @@ std::unique_ptr<Step> lower_conv(const Op& op, LowerCtx& ctx) {
     if (b.numel() != g.cout) throw_op_error(op, "bias must have one value per output channel");
     ib = b.id;
   }
+  // Constant weights (the usual case) are packed now; others are read at run time.
+  std::shared_ptr<Tensor> wholder;
+  const float* wconst = const_f32(ctx.const_value(op, "weight"), wholder);
+  auto kern = std::make_shared<const kernels::ConvKernel>(g, wconst, act, alpha, beta);
   int ix = x.id, iw = w.id, io = o.id;
-  auto step = make_step("conv", op, [=](const Frame& f) {
-    kernels::conv_f32(f.at<float>(ix), f.at<float>(iw), ib >= 0 ? f.at<float>(ib) : nullptr, f.at<float>(io), g);
-  });
+  auto step = make_step(std::string(kern->uses_gemm() ? "conv:gemm" : "conv:direct") + act_name(act), op,
+                        [=](const Frame& f) {
+                          kern->run(f.at<float>(ix), f.at<float>(iw), ib >= 0 ? f.at<float>(ib) : nullptr,
+                                    f.at<float>(io));
+                        });
   step->info.flops = 2.0 * double(o.numel()) * double(w.numel() / g.cout);
   step->info.bytes = 4.0 * double(x.numel() + w.numel() + o.numel());
   return step;
 }
 
-kernels::Activation activation(const Op& op, LowerCtx& ctx, const std::string& key, const std::string& def) {
+namespace {
+
+std::unique_ptr<Step> lower_conv(const Op& op, LowerCtx& ctx) {
+  return lower_conv_with(op, ctx, kernels::ConvAct::none, 0, 0);
+}
+
+kernels::LstmAct activation(const Op& op, LowerCtx& ctx, const std::string& key, const std::string& def) {
   std::string a = ctx.const_str(op, key, def);
   for (char& ch : a) ch = char(std::tolower(static_cast<unsigned char>(ch)));
-  if (a == "sigmoid") return kernels::Activation::Sigmoid;
+  if (a == "sigmoid") return kernels::LstmAct::Sigmoid;
   // scaled_tanh with its default alpha = beta = 1, as the reference reads it.
-  if (a == "tanh" || a == "scaled_tanh") return kernels::Activation::Tanh;
-  if (a == "relu") return kernels::Activation::Relu;
-  if (a == "linear") return kernels::Activation::Linear;
-  if (a == "hard_sigmoid") return kernels::Activation::HardSigmoid;
+  if (a == "tanh" || a == "scaled_tanh") return kernels::LstmAct::Tanh;
+  if (a == "relu") return kernels::LstmAct::Relu;
+  if (a == "linear") return kernels::LstmAct::Linear;
+  if (a == "hard_sigmoid") return kernels::LstmAct::HardSigmoid;
   throw_op_error(op, "unsupported activation '" + a + "'");
 }
 
@@ -146,22 +179,48 @@ std::unique_ptr<Step> lower_lstm(const Op& op, LowerCtx& ctx) {
   if (h0.shape != state || c0.shape != state) throw_op_error(op, "initial_h / initial_c must be [batch, DIRECTIONS*H]");
   if (y.shape != ys || hn.shape != state || cn.shape != state)
     throw_op_error(op, "declared output shapes do not match the lstm's");
-  // Gate scratch, allocated once here: a plan runs one call at a time.
-  auto gates = std::make_shared<std::vector<float>>(size_t(4 * cfg.hidden));
   const bool backward = dir == "reverse";
   int ix = x.id, ih = h0.id, ic = c0.id, iy = y.id, ihn = hn.id, icn = cn.id;
-  auto step = make_step("lstm", op, [=](const Frame& f) {
-    kernels::LstmDirection dirs[2];
-    for (size_t d = 0; d < ids.size(); ++d) {
-      dirs[d].w_ih = f.at<float>(ids[d].wih);
-      dirs[d].w_hh = f.at<float>(ids[d].whh);
-      dirs[d].bias = ids[d].bias >= 0 ? f.at<float>(ids[d].bias) : nullptr;
-      dirs[d].peephole = ids[d].peephole >= 0 ? f.at<float>(ids[d].peephole) : nullptr;
-      dirs[d].backward = backward || d == 1;
-    }
-    kernels::lstm_f32(f.at<float>(ix), f.at<float>(ih), f.at<float>(ic), dirs, cfg, f.at<float>(iy),
-                      f.at<float>(ihn), f.at<float>(icn), gates->data());
-  });
+  // Constant weights (the usual case) are packed now for the GEMM path.
+  std::vector<std::shared_ptr<Tensor>> holders(4);
+  kernels::LstmDirection packdirs[2];
+  bool all_const = true;
+  for (int d = 0; d < cfg.directions; ++d) {
+    const std::string sfx = d == 1 ? "_back" : "";
+    packdirs[d].w_ih = const_f32(ctx.const_value(op, "weight_ih" + sfx), holders[size_t(2 * d)]);
+    packdirs[d].w_hh = const_f32(ctx.const_value(op, "weight_hh" + sfx), holders[size_t(2 * d + 1)]);
+    packdirs[d].backward = backward || d == 1;
+    all_const = all_const && packdirs[d].w_ih && packdirs[d].w_hh;
+  }
+  std::unique_ptr<Step> step;
+  if (all_const) {
+    auto kern = std::make_shared<const kernels::LstmKernel>(cfg, packdirs);
+    step = make_step("lstm:gemm", op, [=](const Frame& f) {
+      const float* bias[2] = {nullptr, nullptr};
+      const float* peep[2] = {nullptr, nullptr};
+      for (size_t d = 0; d < ids.size(); ++d) {
+        if (ids[d].bias >= 0) bias[d] = f.at<float>(ids[d].bias);
+        if (ids[d].peephole >= 0) peep[d] = f.at<float>(ids[d].peephole);
+      }
+      kern->run(f.at<float>(ix), f.at<float>(ih), f.at<float>(ic), bias, peep, f.at<float>(iy), f.at<float>(ihn),
+                f.at<float>(icn));
+    });
+  } else {
+    // Gate scratch, allocated once here: a plan runs one call at a time.
+    auto gates = std::make_shared<std::vector<float>>(size_t(4 * cfg.hidden));
+    step = make_step("lstm", op, [=](const Frame& f) {
+      kernels::LstmDirection dirs[2];
+      for (size_t d = 0; d < ids.size(); ++d) {
+        dirs[d].w_ih = f.at<float>(ids[d].wih);
+        dirs[d].w_hh = f.at<float>(ids[d].whh);
+        dirs[d].bias = ids[d].bias >= 0 ? f.at<float>(ids[d].bias) : nullptr;
+        dirs[d].peephole = ids[d].peephole >= 0 ? f.at<float>(ids[d].peephole) : nullptr;
+        dirs[d].backward = backward || d == 1;
+      }
+      kernels::lstm_f32(f.at<float>(ix), f.at<float>(ih), f.at<float>(ic), dirs, cfg, f.at<float>(iy),
+                        f.at<float>(ihn), f.at<float>(icn), gates->data());
+    });
+  }
   step->info.flops = 2.0 * double(cfg.directions * cfg.seq * cfg.batch * 4 * cfg.hidden * (cfg.input + cfg.hidden));
   return step;
 }
