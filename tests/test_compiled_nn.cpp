@@ -337,3 +337,56 @@ TEST(CompiledNn, ParametersThatAreNotConstantsAreCompileErrors) {
 
 }  // namespace
 }  // namespace milrt
+
+// ---------------------------------------------------------------- gather
+
+namespace milrt {
+namespace {
+
+TEST(CompiledNn, GatherAgreesOnEveryAxisWithNegativeIndices) {
+  const Shape xs = {3, 5, 4};
+  const std::vector<int64_t> idx = {2, -1, 0, 4, -5, 2};
+  for (DType dt : {DType::FP32, DType::FP16, DType::Int32})
+    for (int64_t axis = -3; axis < 3; ++axis) {
+      int64_t a = axis < 0 ? axis + 3 : axis;
+      std::vector<int64_t> ix;
+      for (int64_t v : idx)
+        if (v >= -xs[size_t(a)] && v < xs[size_t(a)]) ix.push_back(v);
+      Shape out = xs;
+      out[size_t(a)] = int64_t(ix.size());
+      std::string body = test::stmt(ttype(dt, out), "y",
+                                    "gather(x = x, indices = " + ints(ix) + ", axis = int32(" + std::to_string(axis) + "))");
+      EXPECT_EQ(compiled_vs_reference({{"x", dt, xs}}, body, "y", uint32_t(a)), 0.0) << "dtype " << int(dt) << " axis " << axis;
+    }
+}
+
+TEST(CompiledNn, GatherOfAnEmbeddingTableByTokenIds) {
+  // Token ids as a run-time input: rows of a [10, 8] table.
+  Program prog = parse_mil(test::program_text("tensor<fp32, [10, 8]> table, tensor<int32, [2, 3]> ids",
+                                              test::stmt(ttype(DType::FP32, {2, 3, 8}), "y",
+                                                         "gather(x = table, indices = ids, axis = int32(0))"),
+                                              "y"),
+                           "<test>", ".");
+  verify(prog);
+  Tensor table(DType::FP32, {10, 8}), ids(DType::Int32, {2, 3});
+  for (int64_t i = 0; i < table.numel(); ++i) table.set(size_t(i), double(i) * 0.5 - 7);
+  const std::vector<int> tok = {3, 9, 0, -2, 3, 7};
+  for (size_t i = 0; i < tok.size(); ++i) ids.set(i, tok[i]);
+  Plan plan = compile(prog);
+  Tensor y = plan.run({{"table", table}, {"ids", ids}}).at("y");
+  for (size_t t = 0; t < tok.size(); ++t)
+    for (int64_t c = 0; c < 8; ++c) {
+      int row = tok[t] < 0 ? tok[t] + 10 : tok[t];
+      EXPECT_EQ(y.at(t * 8 + size_t(c)), double(row * 8 + c) * 0.5 - 7) << "token " << t << " col " << c;
+    }
+  ids.set(4, 10);
+  try {
+    plan.run({{"table", table}, {"ids", ids}});
+    ADD_FAILURE() << "an out-of-range token id ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("index 10 is out of range for a dim of size 10"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace milrt

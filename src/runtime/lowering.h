@@ -85,6 +85,7 @@ void register_fused_attention_lowerings();    // lower/fused_attention.cpp: milr
 void register_fused_norm_lowerings();         // lower/fused_norm.cpp: milrt_rms_norm, layer_norm
 void register_fused_conv_lowerings();         // lower/fused_conv.cpp: milrt_conv
 void register_state_lowerings();              // lower/state.cpp: read_state, coreml_update_state
+void register_gather_lowerings();             // lower/gather.cpp: gather (batch_dims 0)
 void ensure_lowerings_registered();
 
 // Shape helpers shared by lowerings.

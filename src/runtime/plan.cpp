@@ -9,6 +9,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "ir/verifier.h"
 #include "milrt/mil.h"
 #include "milrt/passes.h"
 #include "milrt/plan.h"
@@ -68,6 +69,7 @@ void ensure_lowerings_registered() {
     register_fused_norm_lowerings();
     register_fused_conv_lowerings();
     register_state_lowerings();
+    register_gather_lowerings();
     register_elementwise_in_place();
   });
 }
@@ -395,6 +397,29 @@ bool contains(const std::vector<std::string>& v, const std::string& s) {
 
 }  // namespace
 
+namespace {
+// Once flexible inputs have shapes, every '?' dim an op declares is replaced
+// by what inference now knows (declared dims that are known stay: verify
+// checks them).
+void specialize_shapes(Function& f) {
+  ValueTable values = param_table(f);
+  for (Op& op : f.ops) {
+    bool unknown = false;
+    for (const Output& o : op.outputs) unknown |= o.type.is_tensor() && o.type.has_unknown_dims();
+    if (unknown) {
+      std::vector<Type> inferred = infer_op(op, values, f.opset);
+      for (size_t k = 0; k < op.outputs.size() && k < inferred.size(); ++k) {
+        Type& t = op.outputs[k].type;
+        if (!t.is_tensor() || inferred[k].shape.size() != t.shape.size()) continue;
+        for (size_t d = 0; d < t.shape.size(); ++d)
+          if (t.shape[d] < 0) t.shape[d] = inferred[k].shape[d];
+      }
+    }
+    define_outputs(op, values);
+  }
+}
+}  // namespace
+
 Plan::Plan() = default;
 Plan::Plan(Plan&&) noexcept = default;
 Plan& Plan::operator=(Plan&&) noexcept = default;
@@ -433,6 +458,7 @@ Plan compile(const Program& program, const CompileOptions& options) {
                     prm.type.str());
     prm.type.shape = it->second;
   }
+  if (!options.input_shapes.empty()) specialize_shapes(*fn);
   run_passes(P.program, options.passes);
   fn = P.program.function(options.function);
   const int n_ops = int(fn->ops.size());

@@ -58,7 +58,7 @@ bool compare(const std::string& name, const Tensor& got, const Tensor& want, dou
 
 void add_run(CLI::App& app) {
   auto* cmd = app.add_subcommand("run", "Run a model on .npy inputs");
-  static std::string model, function = "main", out_dir, engine = "reference";
+  static std::string model, function = "main", out_dir, engine = "compiled";
   static std::vector<std::string> inputs, compares;
   static double tolerance = -1;
   cmd->add_option("model", model, "a .mlmodelc directory or a .mil file")->required();
@@ -67,7 +67,7 @@ void add_run(CLI::App& app) {
   cmd->add_option("--output-dir", out_dir, "write each output as DIR/NAME.npy");
   cmd->add_option("--compare", compares, "NAME=FILE.npy: report the largest difference of output NAME from FILE");
   cmd->add_option("--tolerance", tolerance, "with --compare: exit 1 if any |difference| exceeds this");
-  cmd->add_option("--engine", engine, "reference (the oracle, every op) or compiled (a plan; ops with kernels so far)")
+  cmd->add_option("--engine", engine, "compiled (default: a fused, memory-planned plan) or reference (the oracle: every op, fp64 rounded per op)")
       ->check(CLI::IsMember({"reference", "compiled"}));
   cmd->callback([] {
     Program p = load_model(model);
@@ -84,8 +84,16 @@ void add_run(CLI::App& app) {
     if (engine == "compiled") {
       CompileOptions opts;
       opts.function = function;
-      for (auto& [name, t] : in) opts.input_shapes[name] = t.shape();
-      out = compile(p, opts).run(in);
+      for (auto& [name, t] : in)
+        if (f->param(name) && f->param(name)->type.kind != Type::Kind::State) opts.input_shapes[name] = t.shape();
+      Plan plan = compile(p, opts);
+      // A state's --input is its value before this run, as for the reference.
+      for (auto& port : plan.states())
+        if (auto it = in.find(port.name); it != in.end()) {
+          plan.set_state(port.name, it->second);
+          in.erase(it);
+        }
+      out = plan.run(in);
     } else {
       out = run_reference(p, function, in);
     }
