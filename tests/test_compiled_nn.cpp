@@ -390,3 +390,65 @@ TEST(CompiledNn, GatherOfAnEmbeddingTableByTokenIds) {
 
 }  // namespace
 }  // namespace milrt
+
+// ---------------------------------------------------------------- slice_update
+
+namespace milrt {
+namespace {
+
+TEST(CompiledNn, SliceUpdateWithConstantSlicesAgrees) {
+  const Shape xs = {4, 6, 5};
+  struct Case { std::vector<int64_t> b, e, st, bm, em, sm; Shape upd; };
+  std::vector<Case> cases = {
+      {{1, 0, 2}, {3, 6, 4}, {1, 1, 1}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}, {2, 6, 2}},
+      {{0, 5, 0}, {4, 0, 5}, {2, -2, 1}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}, {2, 3, 5}},
+      {{-1, 1, 0}, {0, 4, 0}, {1, 1, 1}, {0, 0, 1}, {1, 0, 1}, {1, 0, 0}, {3, 5}},
+  };
+  for (DType dt : {DType::FP32, DType::FP16, DType::Int32})
+    for (size_t k = 0; k < cases.size(); ++k) {
+      const Case& c = cases[k];
+      std::string body = test::stmt(ttype(dt, xs), "y",
+                                    "slice_update(x = x, update = u, begin = " + ints(c.b) + ", end = " + ints(c.e) +
+                                        ", stride = " + ints(c.st) + ", begin_mask = " + bools(c.bm) +
+                                        ", end_mask = " + bools(c.em) + ", squeeze_mask = " + bools(c.sm) + ")");
+      EXPECT_EQ(compiled_vs_reference({{"x", dt, xs}, {"u", dt, c.upd}}, body, "y", uint32_t(k)), 0.0)
+          << "case " << k << " dtype " << int(dt);
+    }
+}
+
+TEST(CompiledNn, SliceUpdateAtARunTimePosition) {
+  // A KV-cache write: begin and end are inputs that change from run to run.
+  Program prog = parse_mil(
+      test::program_text("tensor<fp32, [1, 8, 4]> cache, tensor<fp32, [1, 2, 4]> kv, tensor<int32, [3]> b, "
+                         "tensor<int32, [3]> e",
+                         test::stmt(ttype(DType::FP32, {1, 8, 4}), "y",
+                                    "slice_update(x = cache, update = kv, begin = b, end = e)"),
+                         "y"),
+      "<test>", ".");
+  verify(prog);
+  Plan plan = compile(prog);
+  Tensor cache(DType::FP32, {1, 8, 4}), kv(DType::FP32, {1, 2, 4}), b(DType::Int32, {3}), e(DType::Int32, {3});
+  for (int64_t i = 0; i < cache.numel(); ++i) cache.set(size_t(i), double(i));
+  for (int64_t i = 0; i < kv.numel(); ++i) kv.set(size_t(i), -1.0 - double(i));
+  for (int64_t pos : {0, 3, 6, -2}) {
+    for (size_t d = 0; d < 3; ++d) { b.set(d, 0); e.set(d, d == 1 ? double(pos + 2) : (d == 0 ? 1 : 4)); }
+    b.set(1, double(pos));
+    if (pos == -2) e.set(1, 8);
+    TensorMap in{{"cache", cache}, {"kv", kv}, {"b", b}, {"e", e}};
+    Tensor want = run_reference(prog, "main", in).at("y");
+    Tensor got = plan.run(in).at("y");
+    EXPECT_TRUE(got.same_bytes(want)) << "position " << pos;
+  }
+  b.set(1, 7);
+  e.set(1, 9);  // clamps to 8: one row, but update has two
+  try {
+    plan.run({{"cache", cache}, {"kv", kv}, {"b", b}, {"e", e}});
+    ADD_FAILURE() << "a slice of the wrong size ran";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("the slice has 1 elements along dim 1 but update has 2"), std::string::npos)
+        << err.what();
+  }
+}
+
+}  // namespace
+}  // namespace milrt

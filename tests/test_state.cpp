@@ -234,6 +234,37 @@ TEST(StatePlan, KvCacheStyleUpdatesMatchTheReference) {
   }
 }
 
+TEST(StatePlan, KvCacheWrittenAtARunTimePositionMatchesTheReference) {
+  // The ios18 decode pattern: the cache is a state, each run writes one row
+  // at position `pos` with slice_update and reads the whole cache back.
+  Program p = parse(test::program_text(
+      "tensor<fp32, [1, 4]> kv, tensor<int32, [2]> b, tensor<int32, [2]> e, state<tensor<fp32, [6, 4]>> cache",
+      "tensor<fp32, [6, 4]> old = read_state(input = cache)[name = string(\"old\")];\n"
+      "tensor<fp32, [6, 4]> upd = slice_update(x = old, update = kv, begin = b, end = e)[name = string(\"upd\")];\n"
+      "tensor<fp32, [6, 4]> now = coreml_update_state(state = cache, value = upd)[name = string(\"now\")];\n"
+      "tensor<fp32, [6, 4]> y = mul(x = now, y = fp32(2))[name = string(\"y\")];",
+      "y"));
+  Plan plan = compile(p);
+  TensorMap ref_states;
+  for (int pos = 0; pos < 6; ++pos) {
+    std::vector<double> row;
+    for (int i = 0; i < 4; ++i) row.push_back(pos * 10 + i);
+    TensorMap in{{"kv", make(DType::FP32, {1, 4}, row)},
+                 {"b", make(DType::Int32, {2}, {double(pos), 0})},
+                 {"e", make(DType::Int32, {2}, {double(pos + 1), 4})}};
+    TensorMap want = run_reference(p, "main", in, ref_states);
+    TensorMap got = plan.run(in);
+    EXPECT_TRUE(got.at("y").same_bytes(want.at("y"))) << "position " << pos;
+    EXPECT_TRUE(plan.state("cache").same_bytes(ref_states.at("cache"))) << "position " << pos;
+  }
+  // After six runs every row holds its position's values.
+  std::vector<double> cache = values(plan.state("cache"));
+  for (int r = 0; r < 6; ++r)
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(cache[size_t(r * 4 + i)], r * 10 + i);
+  plan.reset_state();
+  for (double v : values(plan.state("cache"))) EXPECT_EQ(v, 0);
+}
+
 // ---- state aliases: the first seed's training program as one plan
 
 namespace fs = std::filesystem;

@@ -74,6 +74,74 @@ std::unique_ptr<Step> lower_slice_by_index(const Op& op, LowerCtx& ctx) {
   return step;
 }
 
+// slice_update: x with a slice replaced by `update`. begin and end may be
+// run-time values (a KV cache written at the current position): the slice is
+// resolved on every run from their values (no allocation), with the same
+// Python semantics as slice_by_index, and must match update's shape.
+std::unique_ptr<Step> lower_slice_update(const Op& op, LowerCtx& ctx) {
+  ValueRef x = ctx.input(op, "x"), u = ctx.input(op, "update"), o = ctx.output(op);
+  ValueRef b = ctx.input(op, "begin"), e = ctx.input(op, "end");
+  const size_t rank = x.shape.size();
+  constexpr size_t kMaxRank = 8;
+  if (rank > kMaxRank) throw_op_error(op, "slice_update of rank above 8 is not compiled");
+  if (b.dtype != DType::Int32 || e.dtype != DType::Int32 || size_t(b.numel()) != rank || size_t(e.numel()) != rank)
+    throw_op_error(op, "begin and end must be integer vectors with one entry per dim of x");
+  std::vector<int64_t> stride = ctx.const_ints(op, "stride", std::vector<int64_t>(rank, 1));
+  std::vector<int64_t> bm = ctx.const_ints(op, "begin_mask", std::vector<int64_t>(rank, 0));
+  std::vector<int64_t> em = ctx.const_ints(op, "end_mask", std::vector<int64_t>(rank, 0));
+  std::vector<int64_t> sm = ctx.const_ints(op, "squeeze_mask", std::vector<int64_t>(rank, 0));
+  for (const auto* v : {&stride, &bm, &em, &sm})
+    if (v->size() != rank) throw_op_error(op, "slice parameters must have one entry per dim of x");
+  for (size_t d = 0; d < rank; ++d)
+    if (!sm[d] && stride[d] == 0) throw_op_error(op, "stride must not be 0");
+  // update's dims, with squeezed dims as 1
+  std::array<int64_t, kMaxRank> want{};
+  for (size_t d = 0, k = 0; d < rank; ++d) {
+    if (sm[d]) { want[d] = 1; continue; }
+    if (k >= u.shape.size()) throw_op_error(op, "update has too few dims for the slice");
+    want[d] = u.shape[k++];
+  }
+  std::array<int64_t, kMaxRank> xst{}, ust{};
+  std::vector<int64_t> xs = row_strides(x.shape);
+  std::copy(xs.begin(), xs.end(), xst.begin());
+  for (int d = int(rank) - 1, acc = 1; d >= 0; --d) { ust[size_t(d)] = acc; acc *= int(want[size_t(d)]); }
+  std::array<int64_t, kMaxRank> st{};
+  for (size_t d = 0; d < rank; ++d) st[d] = sm[d] ? 1 : stride[d];
+  std::array<int64_t, kMaxRank> bmask{}, emask{}, smask{};
+  for (size_t d = 0; d < rank; ++d) { bmask[d] = bm[d]; emask[d] = em[d]; smask[d] = sm[d]; }
+  Shape xshape = x.shape;
+  int ix = x.id, iu = u.id, io = o.id, ib = b.id, ie = e.id, bytes = int(dtype_size(o.dtype)), r = int(rank);
+  size_t total = size_t(x.numel()) * size_t(bytes);
+  auto step = make_step("slice_update", op, [=](const Frame& f) {
+    const int32_t* begin = f.at<int32_t>(ib);
+    const int32_t* end = f.at<int32_t>(ie);
+    std::array<int64_t, kMaxRank> dst_stride{};
+    int64_t off = 0;
+    for (int d = 0; d < r; ++d) {
+      const int64_t n = xshape[size_t(d)];
+      int64_t start, count = 1;
+      if (smask[size_t(d)]) {
+        int64_t i = bmask[size_t(d)] ? 0 : begin[d];
+        if (i < -n || i >= n)
+          throw Error("error: slice_update: squeezed index " + std::to_string(i) + " is out of range");
+        start = i < 0 ? i + n : i;
+      } else {
+        python_slice(n, !bmask[size_t(d)], begin[d], !emask[size_t(d)], end[d], st[size_t(d)], start, count);
+      }
+      if (count != want[size_t(d)])
+        throw Error("error: slice_update: the slice has " + std::to_string(count) + " elements along dim " +
+                    std::to_string(d) + " but update has " + std::to_string(want[size_t(d)]));
+      if (count > 0) off += start * xst[size_t(d)];
+      dst_stride[size_t(d)] = st[size_t(d)] * xst[size_t(d)];
+    }
+    if (f.ptr[size_t(io)] != f.ptr[size_t(ix)]) std::memcpy(f.ptr[size_t(io)], f.ptr[size_t(ix)], total);
+    kernels::strided_copy(f.ptr[size_t(iu)], static_cast<uint8_t*>(f.ptr[size_t(io)]) + off * bytes, r, want.data(),
+                          ust.data(), dst_stride.data(), bytes);
+  });
+  step->info.bytes = double(total) * 2 + double(u.numel() * bytes) * 2;
+  return step;
+}
+
 std::unique_ptr<Step> lower_pad(const Op& op, LowerCtx& ctx) {
   ValueRef x = ctx.input(op, "x"), o = ctx.output(op);
   std::vector<int64_t> pad = ctx.const_ints(op, "pad");
@@ -119,6 +187,7 @@ std::unique_ptr<Step> lower_pad(const Op& op, LowerCtx& ctx) {
 
 void register_slicing_lowerings() {
   register_lowering("slice_by_index", lower_slice_by_index);
+  register_lowering("slice_update", lower_slice_update);
   register_lowering("pad", lower_pad);
 }
 
