@@ -45,6 +45,16 @@ Arg tuple(const std::vector<Operand>& elems);
 class FunctionBuilder {
  public:
   explicit FunctionBuilder(std::string name, std::string opset = "ios18");
+  // Continues an existing function (verified, static shapes): its params and
+  // ops are kept, new ops are appended after them. Autodiff builds the
+  // backward half of a program this way.
+  explicit FunctionBuilder(const Function& existing);
+
+  // A value already defined (param or op output) by name; throws Error if none.
+  Value value(const std::string& name) const;
+  bool has_value(const std::string& name) const;
+  // A name not yet defined in the function: `prefix`, else `prefix_1`, `prefix_2`, ...
+  std::string fresh_name(const std::string& prefix) const;
 
   Value input(const std::string& name, Type type);
   // A `const` op holding `value` (saved to weight.bin by save_model when large).
@@ -57,6 +67,7 @@ class FunctionBuilder {
   std::vector<Value> op_n(const std::string& type, const std::vector<std::string>& outs,
                           const std::vector<std::pair<std::string, Operand>>& inputs);
   void output(const Value& v);
+  void clear_outputs() { fn_.outputs.clear(); }
   Function build() const { return fn_; }
 
  private:

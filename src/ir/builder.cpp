@@ -49,6 +49,29 @@ FunctionBuilder::FunctionBuilder(std::string name, std::string opset) {
   values_owner_ = owner;
 }
 
+FunctionBuilder::FunctionBuilder(const Function& existing) : fn_(existing) {
+  auto owner = std::make_shared<ValueTable>(param_table(existing));
+  for (const Op& op : fn_.ops) define_outputs(op, *owner);  // literals are shared_ptr-held: stable
+  values_ = owner.get();
+  values_owner_ = owner;
+}
+
+Value FunctionBuilder::value(const std::string& name) const {
+  auto it = table(values_).find(name);
+  if (it == table(values_).end()) throw Error("builder: no value named '" + name + "' in function " + fn_.name);
+  return {name, it->second.type};
+}
+
+bool FunctionBuilder::has_value(const std::string& name) const { return table(values_).count(name) > 0; }
+
+std::string FunctionBuilder::fresh_name(const std::string& prefix) const {
+  if (!has_value(prefix)) return prefix;
+  for (int i = 1;; ++i) {
+    std::string n = prefix + "_" + std::to_string(i);
+    if (!has_value(n)) return n;
+  }
+}
+
 Value FunctionBuilder::input(const std::string& name, Type type) {
   fn_.params.push_back({name, type, {}});
   table(values_)[name] = {type, nullptr};
