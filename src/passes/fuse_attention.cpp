@@ -320,12 +320,6 @@ class Matcher {
   std::set<std::string> outputs_, claimed_;
 };
 
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const std::string& n : v) s += (s.empty() ? "" : " ") + n;
-  return s;
-}
-
 void fuse_function(Function& f, bool bare) {
   Matcher m(f);
   m.run();
@@ -345,7 +339,7 @@ void fuse_function(Function& f, bool bare) {
     }
     in.push_back({"scale", r.scalar(DType::FP32, p.scale)});
     r.finish(p.type, in);
-    r.ops().back().set("fused_from", r.str(join(p.fused_from)), true);
+    passes::set_fused_from(r.ops().back(), p.fused_from, r.bare());
     return true;
   });
   std::erase_if(f.ops, [&](const Op& op) { return op.outputs.size() == 1 && m.absorbed.count(op.outputs[0].name); });

@@ -77,20 +77,6 @@ bool per_channel(const Literal& l, DType dtype, const Shape& out) {
   return true;
 }
 
-Arg scalar_lit(DType dtype, double v, bool bare) {
-  Literal l;
-  l.type = Type::scalar(dtype, bare);
-  l.value = Tensor::scalar(dtype, v);
-  return Arg::of_const(std::move(l));
-}
-
-Arg string_lit(const std::string& s, bool bare) {
-  Literal l;
-  l.type = Type::scalar(DType::String, bare);
-  l.value = Tensor::from_strings({}, {s});
-  return Arg::of_const(std::move(l));
-}
-
 std::optional<double> scalar_value(const Literal* l) {
   if (!l || l->value.empty() || l->value.numel() != 1 || l->value.dtype() == DType::String) return std::nullopt;
   return l->value.at(0);
@@ -168,14 +154,14 @@ Op fused_op(const Function& f, const Fusion& m, bool bare) {
   out.outputs = last.outputs;
   for (const Input& in : conv.inputs) out.inputs.push_back(in);
   if (m.bias) out.set("bias", *m.bias);
-  out.set("activation", string_lit(m.act, bare));
+  out.set("activation", passes::string_literal(m.act, bare));
   if (m.act == "clip") {
-    out.set("alpha", scalar_lit(dt, m.alpha, bare));
-    out.set("beta", scalar_lit(dt, m.beta, bare));
+    out.set("alpha", passes::scalar_literal(dt, m.alpha, bare));
+    out.set("beta", passes::scalar_literal(dt, m.beta, bare));
   }
-  std::string from;
-  for (size_t k : m.ops) from += (from.empty() ? "" : " ") + f.ops[k].outputs[0].name;
-  out.set("fused_from", string_lit(from, bare), /*attr_block=*/true);
+  std::vector<std::string> from;
+  for (size_t k : m.ops) from.push_back(f.ops[k].outputs[0].name);
+  passes::set_fused_from(out, from, bare);
   return out;
 }
 

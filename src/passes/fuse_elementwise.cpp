@@ -254,13 +254,6 @@ class Fuser {
     return Shape(s.begin() + std::ptrdiff_t(k), s.end());
   }
 
-  Arg string_arg(const std::string& s) const {
-    Literal l;
-    l.type = Type::scalar(DType::String, bare_);
-    l.value = Tensor::from_strings({}, {s});
-    return Arg::of_const(std::move(l));
-  }
-
   // The fused op replacing root `r`'s group, or nullopt when the group
   // cannot be expressed (then nothing changes).
   std::optional<Op> fuse(size_t r, std::vector<bool>& drop) {
@@ -274,15 +267,15 @@ class Fuser {
     bool computes = false;
     for (size_t m : b.members) computes |= f_.ops[m].type != "reshape";
     if (!computes) return std::nullopt;
-    std::string from;
-    for (size_t m : b.members) from += (from.empty() ? "" : " ") + f_.ops[m].outputs[0].name;
+    std::vector<std::string> from;
+    for (size_t m : b.members) from.push_back(f_.ops[m].outputs[0].name);
     Op op;
     op.type = "milrt_elementwise";
     op.name = root.name;
     op.loc = root.loc;
     op.inputs.push_back({"inputs", Arg::of_tuple(b.inputs), false});
-    op.inputs.push_back({"expr", string_arg(ew::print_expr(e)), false});
-    op.inputs.push_back({"fused_from", string_arg(from), true});
+    op.inputs.push_back({"expr", passes::string_literal(ew::print_expr(e), bare_), false});
+    passes::set_fused_from(op, from, bare_);
     op.outputs = root.outputs;
     // The inputs must broadcast to exactly the root's type, in its dtype.
     try {

@@ -316,13 +316,10 @@ void fuse_function(Function& f, bool bare) {
     if (fu.residual) in.push_back({"residual", *fu.residual});
     if (fu.alpha != 1) in.push_back({"alpha", r.scalar(DType::FP32, fu.alpha)});
     if (fu.act != "none") in.push_back({"activation", r.str(fu.act)});
-    std::string from;
-    for (size_t j : fu.absorbed) from += (from.empty() ? "" : " ") + ops[j].outputs[0].name;
-    in.push_back({"fused_from", r.str(from)});
     r.finish("milrt_gemm", in);
-    Op& fused = r.ops().back();
-    for (Input& i : fused.inputs)
-      if (i.key == "fused_from") i.in_attr_block = true;
+    std::vector<std::string> from;
+    for (size_t j : fu.absorbed) from.push_back(ops[j].outputs[0].name);
+    passes::set_fused_from(r.ops().back(), from, r.bare());
     return true;
   });
   std::erase_if(f.ops, [&](const Op& op) { return op.outputs.size() == 1 && absorbed_names.count(op.outputs[0].name); });

@@ -295,9 +295,9 @@ void fuse_function(Function& f, bool bare) {
     in.push_back({"axes", r.ints(m.axes)});
     in.push_back({"eps", r.scalar(DType::FP32, m.eps)});
     r.finish("milrt_rms_norm", in);
-    std::string from;
-    for (size_t k : m.ops) from += (from.empty() ? "" : " ") + f.ops[k].outputs[0].name;
-    r.ops().back().set("fused_from", r.str(from), true);
+    std::vector<std::string> from;
+    for (size_t k : m.ops) from.push_back(f.ops[k].outputs[0].name);
+    passes::set_fused_from(r.ops().back(), from, r.bare());
     for (Op& n : r.ops()) out.push_back(std::move(n));
   }
   f.ops = std::move(out);

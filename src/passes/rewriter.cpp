@@ -93,12 +93,27 @@ Arg Replacement::as_operand(const Arg& a, DType dtype, const Shape& shape, const
   return r;
 }
 
-Arg Replacement::scalar(DType dtype, double v) const {
+Arg scalar_literal(DType dtype, double v, bool bare) {
   Literal l;
-  l.type = Type::scalar(dtype, scope_.bare);
+  l.type = Type::scalar(dtype, bare);
   l.value = Tensor::scalar(dtype, v);
   return Arg::of_const(std::move(l));
 }
+
+Arg string_literal(const std::string& s, bool bare) {
+  Literal l;
+  l.type = Type::scalar(DType::String, bare);
+  l.value = Tensor::from_strings({}, {s});
+  return Arg::of_const(std::move(l));
+}
+
+void set_fused_from(Op& fused, const std::vector<std::string>& replaced, bool bare) {
+  std::string from;
+  for (const std::string& n : replaced) from += (from.empty() ? "" : " ") + n;
+  fused.set("fused_from", string_literal(from, bare), /*attr_block=*/true);
+}
+
+Arg Replacement::scalar(DType dtype, double v) const { return scalar_literal(dtype, v, scope_.bare); }
 
 Arg int_vector(const std::vector<int64_t>& v) {
   Literal l;
@@ -108,12 +123,7 @@ Arg int_vector(const std::vector<int64_t>& v) {
   return Arg::of_const(std::move(l));
 }
 
-Arg Replacement::str(const std::string& s) const {
-  Literal l;
-  l.type = Type::scalar(DType::String, scope_.bare);
-  l.value = Tensor::from_strings({}, {s});
-  return Arg::of_const(std::move(l));
-}
+Arg Replacement::str(const std::string& s) const { return string_literal(s, scope_.bare); }
 
 ValueInfo Replacement::info(const Arg& a) const {
   if (a.kind == Arg::Kind::Const) return {a.lit->type, a.lit->value.empty() ? nullptr : &a.lit->value};

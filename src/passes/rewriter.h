@@ -42,6 +42,12 @@ using Inputs = std::vector<std::pair<std::string, Arg>>;
 
 // An int32 vector literal (reshape shapes, transpose perms, axes).
 Arg int_vector(const std::vector<int64_t>& v);
+// Scalar literals spelled in the program's dialect (`bare`: program 1.3's `fp16(1)`).
+Arg scalar_literal(DType dtype, double v, bool bare);
+Arg string_literal(const std::string& s, bool bare);
+// Marks a fused op with the ops it replaced, by first output name in program
+// order: the `fused_from` attribute that `milrt inspect` lists.
+void set_fused_from(Op& fused, const std::vector<std::string>& replaced, bool bare);
 
 // The ops that replace `orig`. Every new op keeps orig's source position;
 // intermediate values are named `<orig's first output>__<tag>` and typed by
@@ -72,6 +78,7 @@ class Replacement {
   // What is known about an operand: its type and constant value (if any).
   ValueInfo info(const Arg& a) const;
   const Op& orig() const { return orig_; }
+  bool bare() const { return scope_.bare; }
   std::vector<Op>& ops() { return ops_; }
 
  private:
