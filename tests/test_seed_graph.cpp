@@ -291,21 +291,29 @@ Vec conv_reference(const Vec& w1, const Vec& w2, const Vec& w3, const Vec& x, co
   return zip(c2, gsl, round, add);
 }
 
+// The conv-chain program staged with its three weight blobs, and its input.
+struct ConvChain {
+  Vec w1 = conv_weight(1, 96, 64), w2 = conv_weight(2, 64, 96), w3 = conv_weight(3, 64, 64), x;
+  Loaded l;
+  ConvChain() {
+    fs::path mil = stage("conv_chain_silu.mil");
+    write_f16(mil.parent_path() / "w1.bin", w1);
+    write_f16(mil.parent_path() / "w2.bin", w2);
+    write_f16(mil.parent_path() / "w3.bin", w3);
+    l = load(mil);
+    for (size_t i = 0; i < 64; ++i) x.push_back(seed_f16(float((i * 5 + 3) % 13) / 16.0f - 0.35f));
+  }
+  TensorMap inputs() const { return {{"x", f16_tensor({1, 64, 1, 1}, x)}}; }
+};
+
 TEST(SeedGraph, ConvChainSiluMatchesReference) {
-  fs::path mil = stage("conv_chain_silu.mil");
-  Vec w1 = conv_weight(1, 96, 64), w2 = conv_weight(2, 64, 96), w3 = conv_weight(3, 64, 64);
-  write_f16(mil.parent_path() / "w1.bin", w1);
-  write_f16(mil.parent_path() / "w2.bin", w2);
-  write_f16(mil.parent_path() / "w3.bin", w3);
-
-  Loaded l = load(mil);
+  ConvChain cc;
+  const Vec &w1 = cc.w1, &w2 = cc.w2, &w3 = cc.w3, &x = cc.x;
   // Every op is well-typed MIL as written: nothing to legalize.
-  EXPECT_EQ(l.notes, std::vector<std::string>{});
-  EXPECT_TRUE(l.verified_as_written);
+  EXPECT_EQ(cc.l.notes, std::vector<std::string>{});
+  EXPECT_TRUE(cc.l.verified_as_written);
 
-  Vec x;
-  for (size_t i = 0; i < 64; ++i) x.push_back(seed_f16(float((i * 5 + 3) % 13) / 16.0f - 0.35f));
-  TensorMap out = run_reference(l.p, "main", {{"x", f16_tensor({1, 64, 1, 1}, x)}});
+  TensorMap out = run_reference(cc.l.p, "main", cc.inputs());
   const Tensor& y = out.at("y");
   ASSERT_EQ(y.dtype(), DType::FP16);
   ASSERT_EQ(y.shape(), (Shape{1, 64, 1, 1}));
@@ -322,13 +330,8 @@ TEST(SeedGraph, ConvChainSiluMatchesReference) {
 // views, not kernels. Values: the plan computes in fp32 and rounds once to
 // fp16, so it is within one fp16 ulp of the unrounded math.
 TEST(SeedGraph, ConvChainSiluCompilesToThreeKernels) {
-  fs::path mil = stage("conv_chain_silu.mil");
-  Vec w1 = conv_weight(1, 96, 64), w2 = conv_weight(2, 64, 96), w3 = conv_weight(3, 64, 64);
-  write_f16(mil.parent_path() / "w1.bin", w1);
-  write_f16(mil.parent_path() / "w2.bin", w2);
-  write_f16(mil.parent_path() / "w3.bin", w3);
-  Loaded l = load(mil);
-  Plan plan = compile(l.p);
+  ConvChain cc;
+  Plan plan = compile(cc.l.p);
   std::vector<Plan::StepInfo> steps = plan.steps();
   std::string listing;
   for (const auto& st : steps) {
@@ -348,10 +351,8 @@ TEST(SeedGraph, ConvChainSiluCompilesToThreeKernels) {
   EXPECT_EQ(origins[1], (std::set<std::string>{"c2"})) << listing;
   EXPECT_EQ(origins[2], (std::set<std::string>{"g", "gs", "gsl", "y"})) << listing;
 
-  Vec x;
-  for (size_t i = 0; i < 64; ++i) x.push_back(seed_f16(float((i * 5 + 3) % 13) / 16.0f - 0.35f));
-  TensorMap out = plan.run({{"x", f16_tensor({1, 64, 1, 1}, x)}});
-  Vec got = values(out.at("y")), want = conv_reference(w1, w2, w3, x, kExact);
+  TensorMap out = plan.run(cc.inputs());
+  Vec got = values(out.at("y")), want = conv_reference(cc.w1, cc.w2, cc.w3, cc.x, kExact);
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) EXPECT_LE(std::fabs(got[i] - want[i]), ulp_f16(want[i])) << "y[" << i << "]";
 }
