@@ -32,24 +32,6 @@ void matmul_f32(const float* a, const float* b, float* c, int64_t batch, int64_t
   }
 }
 
-void softmax_f32(const float* x, float* y, int64_t outer, int64_t n, int64_t inner) {
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t in = 0; in < inner; ++in) {
-      const float* px = x + o * n * inner + in;
-      float* py = y + o * n * inner + in;
-      float mx = -std::numeric_limits<float>::infinity();
-      for (int64_t i = 0; i < n; ++i) mx = std::fmax(mx, px[i * inner]);
-      double sum = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        float e = std::exp(px[i * inner] - mx);
-        py[i * inner] = e;
-        sum += e;
-      }
-      float inv = float(1.0 / sum);
-      for (int64_t i = 0; i < n; ++i) py[i * inner] *= inv;
-    }
-}
-
 namespace {
 
 using lanes::kLanes;

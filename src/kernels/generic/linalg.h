@@ -12,9 +12,6 @@ namespace milrt::kernels {
 void matmul_f32(const float* a, const float* b, float* c, int64_t batch, int64_t m, int64_t n, int64_t k,
                 bool trans_a, bool trans_b, int64_t a_batch_stride, int64_t b_batch_stride);
 
-// Softmax over the middle dim of an [outer, n, inner] view, numerically stable.
-void softmax_f32(const float* x, float* y, int64_t outer, int64_t n, int64_t inner);
-
 enum class Reduce { Sum, Mean, Max, Min, Prod, L1, L2, SumSquare, LogSum, LogSumExp };
 // Reduces the middle dim of an [outer, n, inner] view into [outer, inner].
 void reduce_f32(Reduce op, const float* x, float* y, int64_t outer, int64_t n, int64_t inner);
