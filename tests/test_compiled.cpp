@@ -45,7 +45,8 @@ Tensor random_tensor(std::mt19937& rng, DType dt, const Shape& s, double scale =
 }
 
 // A random program: a DAG of elementwise, broadcast, matmul, reduction,
-// reshape/transpose/slice/concat and softmax ops over small random shapes.
+// reshape/transpose/slice/concat, softmax, tile, band_part and cumsum ops
+// over small random shapes.
 struct RandomProgram {
   Program program;
   TensorMap inputs;
@@ -71,7 +72,7 @@ RandomProgram random_program(std::mt19937& rng, DType dt) {
     const Shape& sa = a.type.shape;
     int rank = int(sa.size());
     try {
-      switch (pick(12)) {
+      switch (pick(13)) {
         case 0: vals.push_back(f.op(pick(2) ? "add" : "sub", out, {{"x", a}, {"y", b}})); break;
         case 1: vals.push_back(f.op(pick(2) ? "mul" : "maximum", out, {{"x", a}, {"y", b}})); break;
         case 2: {  // broadcast against a reduced copy of itself
@@ -116,6 +117,17 @@ RandomProgram random_program(std::mt19937& rng, DType dt) {
           if (rank >= 1) vals.push_back(f.op("concat", out, {{"values", tuple({a, a})}, {"axis", lit_i32(pick(rank))}}));
           break;
         case 11: vals.push_back(f.op("mul", out, {{"x", a}, {"y", dt == DType::FP16 ? lit_f16(0.5) : lit_f32(0.5)}})); break;
+        case 12:  // index-shaped ops (lower/scatter_gather.cpp)
+          if (rank >= 2 && pick(3) == 0)
+            vals.push_back(f.op("band_part", out, {{"x", a}, {"lower", lit_i32(pick(3) - 1)}, {"upper", lit_i32(pick(3) - 1)}}));
+          else if (rank >= 1 && pick(2))
+            vals.push_back(f.op("cumsum", out, {{"x", a}, {"axis", lit_i32(-1 - pick(rank))}, {"reverse", lit_bool(pick(2))}}));
+          else if (rank >= 1) {
+            std::vector<int64_t> reps(static_cast<size_t>(rank), 1);
+            reps[size_t(pick(rank))] = 2;
+            vals.push_back(f.op("tile", out, {{"x", a}, {"reps", lit_i32s(reps)}}));
+          }
+          break;
       }
     } catch (const Error&) {
       // Shapes that do not combine (e.g. add of unrelated shapes): draw again.

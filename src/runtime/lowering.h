@@ -86,6 +86,7 @@ void register_fused_norm_lowerings();         // lower/fused_norm.cpp: milrt_rms
 void register_fused_conv_lowerings();         // lower/fused_conv.cpp: milrt_conv
 void register_state_lowerings();              // lower/state.cpp: read_state, coreml_update_state
 void register_gather_lowerings();             // lower/gather.cpp: gather (batch_dims 0)
+void register_scatter_gather_lowerings();     // lower/scatter_gather.cpp: scatter*, gather_nd/_along_axis, one_hot, fill, tile, ...
 void ensure_lowerings_registered();
 
 // Shape helpers shared by lowerings.

@@ -70,6 +70,7 @@ void ensure_lowerings_registered() {
     register_fused_conv_lowerings();
     register_state_lowerings();
     register_gather_lowerings();
+    register_scatter_gather_lowerings();
     register_elementwise_in_place();
   });
 }
