@@ -55,4 +55,16 @@ std::string shared_dir();
 // A fresh empty temporary directory, removed at process exit.
 std::string temp_dir(const std::string& tag);
 
+// Expects f() to throw milrt::Error with a one-line message containing `fragment`.
+template <typename F>
+void expect_error_containing(F f, const std::string& fragment) {
+  try {
+    f();
+    ADD_FAILURE() << "no Error thrown; expected one containing '" << fragment << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "multi-line: " << e.what();
+  }
+}
+
 }  // namespace milrt::test
