@@ -6,7 +6,7 @@
 #include "milrt/passes.h"
 
 namespace milrt::cli {
-namespace {
+
 std::vector<std::string> split_commas(const std::string& s) {
   std::vector<std::string> r;
   size_t start = 0;
@@ -18,7 +18,6 @@ std::vector<std::string> split_commas(const std::string& s) {
   }
   return r;
 }
-}  // namespace
 
 void add_opt(CLI::App& app) {
   auto* cmd = app.add_subcommand("opt", "Run passes over a model and print the resulting MIL");
