@@ -25,8 +25,9 @@
 
 namespace milrt::llm {
 
+// Defaults: train_large.m's layer (shared with seed_layer_builder.h).
 struct SeedLayerConfig {
-  int dim, hidden, heads, seq;
+  int dim = 768, hidden = 2048, heads = 12, seq = 512;
 };
 
 // fp16 weights in the seed's CPU layout: row-major [out, in] matrices (y = W x)

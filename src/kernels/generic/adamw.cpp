@@ -1,0 +1,84 @@
+#include "kernels/generic/adamw.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu_features.h"
+#include "kernels/generic/lanes.h"
+#include "kernels/threads.h"
+
+namespace milrt::kernels {
+
+#if defined(__x86_64__)
+void adamw_update_f32_avx512(float* p, const float* g, float* m, float* v, int64_t n, const AdamWStep& s);
+#endif
+
+namespace {
+
+// Below this a tensor is updated on one thread: the fork costs more than it saves.
+constexpr int64_t kChunk = int64_t(1) << 16;
+
+// The portable path. It stays scalar (std::sqrt sets errno, so the compiler
+// will not vectorize it); x86/adamw_avx512.cpp is the fast path, same bits.
+void update_generic(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
+                    int64_t n, const AdamWStep& s) {
+  const float b1 = s.beta1, c1 = 1.0f - s.beta1, b2 = s.beta2, c2 = 1.0f - s.beta2;
+  for (int64_t i = 0; i < n; ++i) {
+    float gi = g[i] * s.grad_scale;
+    float mi = b1 * m[i] + c1 * gi;
+    float vi = b2 * v[i] + c2 * (gi * gi);
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = p[i] * s.decay - s.step_size * mi / (std::sqrt(vi) * s.inv_sqrt_bc2 + s.eps);
+  }
+}
+
+using UpdateFn = void (*)(float*, const float*, float*, float*, int64_t, const AdamWStep&);
+
+UpdateFn update_for_isa() {
+#if defined(__x86_64__)
+  if (current_isa() >= Isa::avx512) return adamw_update_f32_avx512;
+#endif
+  return update_generic;
+}
+
+}  // namespace
+
+void adamw_update_f32(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWStep& s) {
+  int64_t chunks = (n + kChunk - 1) / kChunk;
+  int threads = int(std::min<int64_t>(num_threads(), chunks));
+  UpdateFn update_range = update_for_isa();
+  if (threads <= 1) {
+    update_range(param, grad, m, v, n, s);
+    return;
+  }
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    int64_t b = c * kChunk, len = std::min(kChunk, n - b);
+    update_range(param + b, grad + b, m + b, v + b, len, s);
+  }
+}
+
+double sum_squares_f32(const float* x, int64_t n) {
+  int64_t chunks = (n + kChunk - 1) / kChunk;
+  int threads = int(std::min<int64_t>(num_threads(), chunks));
+  auto sq = [](float a) { return a * a; };
+  if (threads <= 1 || chunks <= 1) {
+    // Same chunking as the threaded path, so the sum is identical.
+    double total = 0;
+    for (int64_t c = 0; c < chunks; ++c) total += lanes::sum(x + c * kChunk, std::min(kChunk, n - c * kChunk), sq);
+    return total;
+  }
+  std::vector<double> partial(size_t(chunks), 0.0);
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t c = 0; c < chunks; ++c)
+    partial[size_t(c)] = lanes::sum(x + c * kChunk, std::min(kChunk, n - c * kChunk), sq);
+  double total = 0;
+  for (double p : partial) total += p;
+  return total;
+}
+
+}  // namespace milrt::kernels

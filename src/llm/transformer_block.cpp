@@ -1,0 +1,149 @@
+#include "llm/transformer_block.h"
+
+#include <cmath>
+#include <vector>
+
+namespace milrt::llm {
+namespace {
+
+// Masked scores: large and negative but finite, so exp() underflows to an
+// exact zero while softmax's gradient (and any fp16 rounding) stays finite.
+constexpr double kMaskValue = -1e9;
+
+Shape leading(const Value& x) { return Shape(x.type.shape.begin(), x.type.shape.end() - 2); }
+
+Shape cat(Shape a, std::initializer_list<int64_t> b) {
+  a.insert(a.end(), b);
+  return a;
+}
+
+// 0, 1, ..., n-1 followed by `tail` shifted by n.
+std::vector<int64_t> perm_after(size_t n, std::initializer_list<int64_t> tail) {
+  std::vector<int64_t> p;
+  for (size_t i = 0; i < n; ++i) p.push_back(int64_t(i));
+  for (int64_t t : tail) p.push_back(int64_t(n) + t);
+  return p;
+}
+
+}  // namespace
+
+Value TransformerBuilder::scalar(const std::string& name, double v) {
+  if (f_.has_value(name)) return f_.value(name);
+  return f_.constant(name, Tensor::scalar(DType::FP32, v));
+}
+
+Value TransformerBuilder::rmsnorm(const std::string& name, const Value& x, const Value& gamma) {
+  Value sq = f_.op("mul", name + "_sq", {{"x", x}, {"y", x}});
+  Value ms = f_.op("reduce_mean", name + "_ms", {{"x", sq}, {"axes", lit_i32s({-1})}, {"keep_dims", lit_bool(true)}});
+  Value var = f_.op("add", name + "_var", {{"x", ms}, {"y", scalar("norm_eps", s_.norm_eps)}});
+  Value rrms = f_.op("rsqrt", name + "_rrms", {{"x", var}});
+  Value xn = f_.op("mul", name + "_xn", {{"x", x}, {"y", rrms}});
+  return f_.op("mul", name, {{"x", xn}, {"y", gamma}});
+}
+
+Value TransformerBuilder::linear(const std::string& name, const Value& x, const Value& w) {
+  return f_.op("matmul", name, {{"x", x}, {"y", w}, {"transpose_x", lit_bool(false)}, {"transpose_y", lit_bool(true)}});
+}
+
+// [T, width] tables for positions 0..T-1: cos of each pair's angle, and the
+// sine signed for the swapped pair (-sin at even i, +sin at odd i), so that
+// rope(x) = x * cos + swap_pairs(x) * sin_signed is llama2.c's rotation
+// (x0 c - x1 s, x0 s + x1 c).
+Value TransformerBuilder::rope_table(const std::string& name, int64_t width, bool sine) {
+  if (f_.has_value(name)) return f_.value(name);
+  const int64_t hd = s_.dim / s_.heads;
+  Tensor t(DType::FP32, {s_.seq, width});
+  for (int64_t pos = 0; pos < s_.seq; ++pos)
+    for (int64_t i = 0; i < width; ++i) {
+      const int64_t pair = (i % hd) - (i % hd) % 2;  // the pair's even index within its head
+      const double angle = double(pos) * std::pow(s_.rope_theta, -double(pair) / double(hd));
+      const double v = sine ? (i % 2 == 0 ? -std::sin(angle) : std::sin(angle)) : std::cos(angle);
+      t.set(size_t(pos * width + i), v);
+    }
+  return f_.constant(name, t);
+}
+
+Value TransformerBuilder::rope(const std::string& name, const Value& x, int64_t width) {
+  const Shape lead = leading(x);
+  const int64_t T = s_.seq, half = width / 2;
+  Shape zeros(lead.size() + 3, 0), odd_begin = zeros;
+  odd_begin.back() = 1;
+  Value pairs = f_.op("reshape", name + "_pairs", {{"x", x}, {"shape", lit_i32s(cat(lead, {T, half, 2}))}});
+  Value even = f_.op("slice_by_index", name + "_even",
+                     {{"x", pairs}, {"begin", lit_i32s(zeros)}, {"end", lit_i32s(cat(lead, {T, half, 1}))}});
+  Value odd = f_.op("slice_by_index", name + "_odd",
+                    {{"x", pairs}, {"begin", lit_i32s(odd_begin)}, {"end", lit_i32s(cat(lead, {T, half, 2}))}});
+  Value swapped = f_.op("concat", name + "_swapped_pairs",
+                        {{"values", tuple({odd, even})}, {"axis", lit_i32(-1)}, {"interleave", lit_bool(false)}});
+  Value swap = f_.op("reshape", name + "_swapped", {{"x", swapped}, {"shape", lit_i32s(cat(lead, {T, width}))}});
+  const std::string w = std::to_string(width);
+  Value xc = f_.op("mul", name + "_cos", {{"x", x}, {"y", rope_table("rope_cos_" + w, width, false)}});
+  Value xs = f_.op("mul", name + "_sin", {{"x", swap}, {"y", rope_table("rope_sin_" + w, width, true)}});
+  return f_.op("add", name + "_rope", {{"x", xc}, {"y", xs}});
+}
+
+// [..., T, n * hd] -> [..., H, T, hd] (multi-head), or for grouped queries
+// [..., KVH, n, T, hd] where n is the heads sharing one kv head for queries
+// and 1 for keys and values, so matmul broadcasts K and V over the group.
+Value TransformerBuilder::split_heads(const std::string& name, const Value& x, int64_t group) {
+  const Shape lead = leading(x);
+  const int64_t T = s_.seq, hd = s_.dim / s_.heads;
+  if (s_.heads == s_.kv_heads) {
+    Value r = f_.op("reshape", name + "_heads", {{"x", x}, {"shape", lit_i32s(cat(lead, {T, s_.heads, hd}))}});
+    return f_.op("transpose", name + "_t", {{"x", r}, {"perm", lit_i32s(perm_after(lead.size(), {1, 0, 2}))}});
+  }
+  Value r = f_.op("reshape", name + "_heads",
+                  {{"x", x}, {"shape", lit_i32s(cat(lead, {T, s_.kv_heads, group, hd}))}});
+  return f_.op("transpose", name + "_t", {{"x", r}, {"perm", lit_i32s(perm_after(lead.size(), {1, 2, 0, 3}))}});
+}
+
+Value TransformerBuilder::merge_heads(const std::string& name, const Value& x) {
+  const bool grouped = s_.heads != s_.kv_heads;
+  const size_t nlead = x.type.shape.size() - (grouped ? 4 : 3);
+  const Shape lead(x.type.shape.begin(), x.type.shape.begin() + nlead);
+  Value t = f_.op("transpose", name + "_t",
+                  {{"x", x}, {"perm", lit_i32s(grouped ? perm_after(nlead, {2, 0, 1, 3}) : perm_after(nlead, {1, 0, 2}))}});
+  return f_.op("reshape", name, {{"x", t}, {"shape", lit_i32s(cat(lead, {s_.seq, s_.dim}))}});
+}
+
+Value TransformerBuilder::block(const std::string& p, const Value& x, const BlockWeights& w) {
+  const int64_t hd = s_.dim / s_.heads, kv_dim = s_.kv_heads * hd, group = s_.heads / s_.kv_heads;
+  Value xb = rmsnorm(p + "att_norm", x, w.rms_att);
+  Value q = linear(p + "q", xb, w.wq);
+  Value k = linear(p + "k", xb, w.wk);
+  Value v = linear(p + "v", xb, w.wv);
+  if (s_.rope) {
+    q = rope(p + "q", q, s_.dim);
+    k = rope(p + "k", k, kv_dim);
+  }
+  Value qh = split_heads(p + "q", q, group);
+  Value kh = split_heads(p + "k", k, 1);
+  Value vh = split_heads(p + "v", v, 1);
+
+  Value scores = f_.op("matmul", p + "scores",
+                       {{"x", qh}, {"y", kh}, {"transpose_x", lit_bool(false)}, {"transpose_y", lit_bool(true)}});
+  Value scaled = f_.op("mul", p + "scores_scaled", {{"x", scores}, {"y", scalar("att_scale", 1.0 / std::sqrt(double(hd)))}});
+  if (!f_.has_value("causal_mask")) {
+    Tensor m(DType::FP32, {s_.seq, s_.seq});
+    for (int64_t i = 0; i < s_.seq; ++i)
+      for (int64_t j = 0; j < s_.seq; ++j) m.set(size_t(i * s_.seq + j), j <= i ? 0.0 : kMaskValue);
+    f_.constant("causal_mask", m);
+  }
+  Value masked = f_.op("add", p + "scores_masked", {{"x", scaled}, {"y", f_.value("causal_mask")}});
+  Value att = f_.op("softmax", p + "att", {{"x", masked}, {"axis", lit_i32(-1)}});
+  Value ctx = f_.op("matmul", p + "att_v",
+                    {{"x", att}, {"y", vh}, {"transpose_x", lit_bool(false)}, {"transpose_y", lit_bool(false)}});
+  Value merged = merge_heads(p + "att_out", ctx);
+  Value o = linear(p + "att_proj", merged, w.wo);
+  Value x1 = f_.op("add", p + "x_att", {{"x", x}, {"y", o}});
+
+  Value xb2 = rmsnorm(p + "ffn_norm", x1, w.rms_ffn);
+  Value h1 = linear(p + "h1", xb2, w.w1);
+  Value h3 = linear(p + "h3", xb2, w.w3);
+  Value act = f_.op("silu", p + "h1_silu", {{"x", h1}});
+  Value gate = f_.op("mul", p + "gate", {{"x", act}, {"y", h3}});
+  Value ffn = linear(p + "ffn_out", gate, w.w2);
+  return f_.op("add", p + "x", {{"x", x1}, {"y", ffn}});
+}
+
+}  // namespace milrt::llm

@@ -1,0 +1,286 @@
+// AdamW and its schedule against a plain fp64 AdamW written here from
+// PyTorch's documented algorithm (torch.optim.AdamW + clip_grad_norm_).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "kernels/cpu_features.h"
+#include "kernels/generic/adamw.h"
+#include "kernels/threads.h"
+#include "llm/optimizer.h"
+#include "support/test_util.h"
+
+using namespace milrt;
+using namespace milrt::llm;
+
+namespace {
+
+Tensor random_tensor(Shape shape, std::mt19937& rng, double scale, double offset = 0) {
+  Tensor t(DType::FP32, shape);
+  std::normal_distribution<double> n(0.0, 1.0);
+  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_ptr<float>()[i] = float(offset + scale * n(rng));
+  return t;
+}
+
+TensorMap clone_all(const TensorMap& m) {
+  TensorMap out;
+  for (const auto& [k, t] : m) out.emplace(k, t.clone());
+  return out;
+}
+
+// fp64 AdamW, one tensor at a time, state kept in doubles.
+struct RefAdamW {
+  AdamWConfig c;
+  int64_t t = 0;
+  std::map<std::string, std::vector<double>> p, m, v;
+  std::map<std::string, int> rank;
+
+  RefAdamW(const AdamWConfig& cfg, const TensorMap& params) : c(cfg) {
+    for (const auto& [k, x] : params) {
+      p[k] = test::values(x);
+      m[k].assign(p[k].size(), 0.0);
+      v[k].assign(p[k].size(), 0.0);
+      rank[k] = x.rank();
+    }
+  }
+  static double lr_at(const AdamWConfig& c, int64_t it) {
+    if (it < c.warmup) return c.lr * double(it + 1) / double(c.warmup);
+    double min_lr = c.lr * c.min_lr_ratio;
+    if (it >= c.total_steps) return min_lr;
+    double r = double(it - c.warmup) / double(c.total_steps - c.warmup);
+    return min_lr + 0.5 * (1 + std::cos(3.14159265358979323846 * r)) * (c.lr - min_lr);
+  }
+  double step(const TensorMap& grads) {
+    double sq = 0;
+    for (const auto& [k, g] : grads)
+      for (double x : test::values(g)) sq += x * x;
+    double norm = std::sqrt(sq);
+    double clip = (c.grad_clip > 0 && norm > c.grad_clip) ? c.grad_clip / (norm + 1e-6) : 1.0;
+    double lr = lr_at(c, t);
+    ++t;
+    for (auto& [k, pk] : p) {
+      std::vector<double> g = test::values(grads.at(k));
+      for (size_t i = 0; i < pk.size(); ++i) {
+        double gi = g[i] * clip;
+        if (rank[k] >= 2) pk[i] -= lr * c.weight_decay * pk[i];
+        m[k][i] = c.beta1 * m[k][i] + (1 - c.beta1) * gi;
+        v[k][i] = c.beta2 * v[k][i] + (1 - c.beta2) * gi * gi;
+        double mhat = m[k][i] / (1 - std::pow(c.beta1, double(t)));
+        double vhat = v[k][i] / (1 - std::pow(c.beta2, double(t)));
+        pk[i] -= lr * mhat / (std::sqrt(vhat) + c.eps);
+      }
+    }
+    return norm;
+  }
+};
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+}  // namespace
+
+TEST(Schedule, HandComputedPoints) {
+  AdamWConfig c;
+  c.lr = 1e-3, c.warmup = 10, c.total_steps = 110, c.min_lr_ratio = 0.1;
+  EXPECT_DOUBLE_EQ(learning_rate(c, 0), 1e-4);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 4), 5e-4);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 9), 1e-3);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 10), 1e-3);  // cosine starts at the peak
+  // 25% through the decay: 1e-4 + 0.5·(1 + cos(π/4))·9e-4.
+  EXPECT_NEAR(learning_rate(c, 35), 8.6819805153394637e-4, 1e-15);
+  EXPECT_NEAR(learning_rate(c, 60), 5.5e-4, 1e-15);  // halfway: the mean of peak and floor
+  EXPECT_NEAR(learning_rate(c, 109), 1e-4 + 0.5 * (1 + std::cos(M_PI * 0.99)) * 9e-4, 1e-15);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 110), 1e-4);
+  EXPECT_DOUBLE_EQ(learning_rate(c, 100000), 1e-4);
+  c.warmup = 0;
+  EXPECT_DOUBLE_EQ(learning_rate(c, 0), 1e-3);
+  c.min_lr_ratio = 0;
+  EXPECT_NEAR(learning_rate(c, 55), 5e-4, 1e-15);
+  EXPECT_THROW(learning_rate(c, -1), Error);
+}
+
+TEST(AdamWOpt, ConfigValidation) {
+  TensorMap p{{"w", Tensor(DType::FP32, {2, 2})}};
+  auto bad = [&](auto set, const char* field) {
+    AdamWConfig c;
+    set(c);
+    std::string e = error_of([&] { AdamW o(c, p); });
+    EXPECT_NE(e.find(field), std::string::npos) << e;
+  };
+  bad([](AdamWConfig& c) { c.lr = -1; }, "lr");
+  bad([](AdamWConfig& c) { c.beta1 = 1; }, "beta1");
+  bad([](AdamWConfig& c) { c.beta2 = -0.1; }, "beta2");
+  bad([](AdamWConfig& c) { c.eps = 0; }, "eps");
+  bad([](AdamWConfig& c) { c.weight_decay = NAN; }, "weight_decay");
+  bad([](AdamWConfig& c) { c.grad_clip = -1; }, "grad_clip");
+  bad([](AdamWConfig& c) { c.warmup = -1; }, "warmup");
+  bad([](AdamWConfig& c) { c.min_lr_ratio = 2; }, "min_lr_ratio");
+  TensorMap half{{"w", Tensor(DType::FP16, {2})}};
+  EXPECT_THROW(AdamW(AdamWConfig{}, half), Error);
+}
+
+// Several steps with warmup and decay, clipping on some steps and not others,
+// weight decay on matrices and not on gains.
+TEST(AdamWOpt, MatchesFp64Reference) {
+  std::mt19937 rng(17);
+  TensorMap params{{"tok", random_tensor({37, 53}, rng, 0.5)},
+                   {"gain", random_tensor({53}, rng, 0.1, 1.0)},
+                   {"cube", random_tensor({3, 4, 5}, rng, 1.0)},
+                   {"big", random_tensor({300, 700}, rng, 0.05)}};  // > one kernel chunk: the threaded path
+  AdamWConfig c;
+  c.lr = 2e-2, c.weight_decay = 0.3, c.grad_clip = 50.0, c.warmup = 2, c.total_steps = 7, c.min_lr_ratio = 0.2;
+  RefAdamW ref(c, params);
+  AdamW opt(c, params);
+  int clipped = 0;
+  for (int s = 0; s < 8; ++s) {
+    // Alternate small and large gradients: the norm crosses grad_clip both ways.
+    double scale = s % 2 ? 1.0 : 0.01;
+    TensorMap grads;
+    for (const auto& [k, p] : params) grads.emplace(k, random_tensor(p.shape(), rng, scale));
+    double want = ref.step(grads);
+    double got = opt.step(params, grads);
+    EXPECT_NEAR(got, want, 1e-5 * want) << "step " << s;
+    clipped += want > c.grad_clip;
+    for (const auto& [k, p] : params) {
+      const std::vector<double>& r = ref.p.at(k);
+      double worst = 0;
+      for (int64_t i = 0; i < p.numel(); ++i) worst = std::max(worst, std::abs(double(p.ptr<float>()[i]) - r[i]));
+      // fp32 state over 8 steps of size <= lr: a few ulps of the values (|p| < ~6) per step.
+      EXPECT_LT(worst, 2e-5) << k << " step " << s;
+    }
+  }
+  EXPECT_EQ(clipped, 4);  // the large-gradient steps
+  EXPECT_EQ(opt.steps_taken(), 8);
+}
+
+TEST(AdamWOpt, ZeroGradientsOnlyDecayMatrices) {
+  std::mt19937 rng(3);
+  TensorMap params{{"w", random_tensor({4, 6}, rng, 1.0)}, {"g", random_tensor({6}, rng, 1.0)}};
+  TensorMap before = clone_all(params);
+  TensorMap grads{{"w", Tensor(DType::FP32, {4, 6})}, {"g", Tensor(DType::FP32, {6})}};
+  AdamWConfig c;
+  c.lr = 0.1, c.weight_decay = 0.5, c.warmup = 0;
+  AdamW opt(c, params);
+  EXPECT_EQ(opt.step(params, grads), 0.0);
+  EXPECT_TRUE(params.at("g").same_bytes(before.at("g")));
+  for (int64_t i = 0; i < 24; ++i)
+    EXPECT_FLOAT_EQ(params.at("w").ptr<float>()[i], before.at("w").ptr<float>()[i] * 0.95f);
+}
+
+// Thread counts and kernel paths (generic loop, AVX-512 intrinsics) all give the same bits.
+TEST(AdamWOpt, KernelIndependentOfThreadsAndPath) {
+  std::mt19937 rng(5);
+  const int64_t n = 1000003;  // several chunks and a ragged tail
+  Tensor p = random_tensor({n}, rng, 1), g = random_tensor({n}, rng, 1), m = random_tensor({n}, rng, 0.1),
+         v = random_tensor({n}, rng, 0.1, 1.0);
+  kernels::AdamWStep s{0.9f, 0.95f, 1e-8f, 0.5f, 1e-3f, 1.2f, 0.999f};
+  std::vector<Tensor> out;
+  std::vector<double> sums;
+  std::vector<std::pair<kernels::Isa, int>> runs{{kernels::Isa::generic, 1}, {kernels::Isa::generic, 3}};
+  for (kernels::Isa isa : kernels::usable_isas())
+    if (isa != kernels::Isa::generic) runs.push_back({isa, 2});
+  const char* old_isa = std::getenv("MILRT_ISA");
+  std::string saved = old_isa ? old_isa : "";
+  for (auto [isa, threads] : runs) {
+    setenv("MILRT_ISA", std::string(kernels::isa_name(isa)).c_str(), 1);
+    kernels::reload_isa();
+    kernels::set_num_threads(threads);
+    Tensor pp = p.clone(), mm = m.clone(), vv = v.clone();
+    kernels::adamw_update_f32(pp.mutable_ptr<float>(), g.ptr<float>(), mm.mutable_ptr<float>(),
+                              vv.mutable_ptr<float>(), n, s);
+    out.insert(out.end(), {pp, mm, vv});
+    sums.push_back(kernels::sum_squares_f32(g.ptr<float>(), n));
+  }
+  if (old_isa) setenv("MILRT_ISA", saved.c_str(), 1);
+  else unsetenv("MILRT_ISA");
+  kernels::reload_isa();
+  kernels::set_num_threads(0);
+  for (size_t r = 1; r < runs.size(); ++r) {
+    SCOPED_TRACE(std::string(kernels::isa_name(runs[r].first)) + " threads " + std::to_string(runs[r].second));
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(out[i].same_bytes(out[3 * r + i])) << i;
+    EXPECT_EQ(sums[0], sums[r]);
+  }
+  double want = 0;
+  for (int64_t i = 0; i < n; ++i) want += double(g.ptr<float>()[i]) * g.ptr<float>()[i];
+  EXPECT_NEAR(sums[0], want, 1e-6 * want);
+  // Spot-check the fused formula on one element in fp64.
+  int64_t i = 777777;
+  double gi = double(g.ptr<float>()[i]) * 0.5, mi = 0.9 * m.ptr<float>()[i] + 0.1 * gi,
+         vi = 0.95 * v.ptr<float>()[i] + 0.05 * gi * gi;
+  double pi = double(p.ptr<float>()[i]) * 0.999 - 1e-3 * mi / (std::sqrt(vi) * 1.2 + 1e-8);
+  EXPECT_NEAR(out[0].ptr<float>()[i], pi, 1e-6);
+  EXPECT_NEAR(out[1].ptr<float>()[i], mi, 1e-6);
+  EXPECT_NEAR(out[2].ptr<float>()[i], vi, 1e-6);
+}
+
+// Saving the state mid-run and resuming in a fresh optimizer continues exactly.
+TEST(AdamWOpt, StateRoundTripResumesBitIdentical) {
+  std::string dir = test::temp_dir("adamw_state");
+  std::mt19937 rng(9);
+  TensorMap params{{"a", random_tensor({8, 16}, rng, 0.3)}, {"b", random_tensor({16}, rng, 0.1, 1)}};
+  std::vector<TensorMap> grads;
+  for (int s = 0; s < 6; ++s)
+    grads.push_back({{"a", random_tensor({8, 16}, rng, 1)}, {"b", random_tensor({16}, rng, 1)}});
+  AdamWConfig c;
+  c.warmup = 2, c.total_steps = 6, c.lr = 1e-2, c.grad_clip = 3;
+  TensorMap straight = clone_all(params);
+  AdamW one(c, straight);
+  for (const TensorMap& g : grads) one.step(straight, g);
+
+  TensorMap resumed = clone_all(params);
+  {
+    AdamW first(c, resumed);
+    for (int s = 0; s < 3; ++s) first.step(resumed, grads[s]);
+    TrainState st = first.state();
+    st.extra = {1, 2, 3};
+    save_train_state(dir + "/state.bin", st);
+  }
+  AdamW second(c, resumed);
+  TrainState st = load_train_state(dir + "/state.bin");
+  second.restore(st);
+  EXPECT_EQ(second.steps_taken(), 3);
+  for (int s = 3; s < 6; ++s) second.step(resumed, grads[s]);
+  for (const auto& [k, t] : straight) EXPECT_TRUE(t.same_bytes(resumed.at(k))) << k;
+  TrainState a = one.state(), b = second.state();
+  EXPECT_EQ(a.step, b.step);
+  for (const auto& [k, t] : a.m) EXPECT_TRUE(t.same_bytes(b.m.at(k))) << k;
+  for (const auto& [k, t] : a.v) EXPECT_TRUE(t.same_bytes(b.v.at(k))) << k;
+}
+
+TEST(AdamWOpt, BadInputsThrowAndLeaveParamsUnchanged) {
+  std::mt19937 rng(1);
+  TensorMap params{{"a", random_tensor({2, 3}, rng, 1)}, {"b", random_tensor({3}, rng, 1)}};
+  TensorMap before = clone_all(params);
+  AdamW opt(AdamWConfig{}, params);
+  auto expect_unchanged = [&] {
+    for (const auto& [k, t] : before) EXPECT_TRUE(t.same_bytes(params.at(k))) << k;
+    EXPECT_EQ(opt.steps_taken(), 0);
+  };
+  TensorMap missing{{"a", random_tensor({2, 3}, rng, 1)}};
+  EXPECT_NE(error_of([&] { opt.step(params, missing); }).find("gradients lack 'b'"), std::string::npos);
+  TensorMap shape{{"a", random_tensor({3, 2}, rng, 1)}, {"b", random_tensor({3}, rng, 1)}};
+  EXPECT_NE(error_of([&] { opt.step(params, shape); }).find("gradients 'a' is fp32 [3, 2], expected fp32 [2, 3]"),
+            std::string::npos);
+  TensorMap extra = shape;
+  extra["a"] = random_tensor({2, 3}, rng, 1);
+  extra["c"] = random_tensor({1}, rng, 1);
+  EXPECT_NE(error_of([&] { opt.step(params, extra); }).find("unknown tensor 'c'"), std::string::npos);
+  TensorMap nan{{"a", random_tensor({2, 3}, rng, 1)}, {"b", random_tensor({3}, rng, 1)}};
+  nan["b"].mutable_ptr<float>()[1] = NAN;
+  EXPECT_NE(error_of([&] { opt.step(params, nan); }).find("gradient norm is nan"), std::string::npos);
+  expect_unchanged();
+  TrainState st = opt.state();
+  st.m.erase("a");
+  EXPECT_THROW(opt.restore(st), Error);
+  st = opt.state();
+  st.v["b"] = Tensor(DType::FP32, {4});
+  EXPECT_THROW(opt.restore(st), Error);
+}
