@@ -41,14 +41,7 @@ float float_at(const std::string& bytes, int64_t offset) {
   return v;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
+using test::error_of;
 
 LlamaConfig tiny(bool shared = true) {
   LlamaConfig c = *llama_preset("tiny");
@@ -215,7 +208,9 @@ TEST(Checkpoint, Version1HeaderAndOrder) {
     EXPECT_EQ(at(w1 + H * D), val("l1_w1", 0));
     EXPECT_EQ(at(w2 + 17), val("l0_w2", 17));
     EXPECT_EQ(at(w3 + H * D + 3), val("l1_w3", 3));
-    if (!shared) EXPECT_EQ(at(wcls + 11), val("wcls", 11));
+    if (!shared) {
+      EXPECT_EQ(at(wcls + 11), val("wcls", 11));
+    }
     expect_same_weights(w, load_llama2c_checkpoint(path));
   }
 }

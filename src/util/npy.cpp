@@ -6,6 +6,8 @@
 // spaces and '\n', then the raw C-order data.
 #include "milrt/npy.h"
 
+#include "util/atomic_file.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -209,8 +211,6 @@ std::string descr_of(DType t) {
   throw Error("no .npy dtype for " + std::string(dtype_name(t)));
 }
 
-std::string errno_str() { return std::strerror(errno); }
-
 }  // namespace
 
 Tensor parse_npy(const std::string& bytes, const std::string& path) {
@@ -255,35 +255,7 @@ std::string serialize_npy(const Tensor& t) {
 void write_npy(const std::string& path, const Tensor& t) { write_file_atomic(path, serialize_npy(t)); }
 
 void write_file_atomic(const std::string& path, const std::string& bytes) {
-  static std::atomic<unsigned> counter{0};
-  std::string tmp;
-  int fd = -1;
-  for (int attempt = 0; fd < 0; ++attempt) {
-    tmp = path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(counter++);
-    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0 && (errno != EEXIST || attempt > 100)) throw Error(path + ": error: cannot create " + tmp + ": " + errno_str());
-  }
-  auto abandon = [&](const std::string& what) {
-    std::string e = errno_str();
-    if (fd >= 0) ::close(fd);
-    ::unlink(tmp.c_str());
-    throw Error(path + ": error: " + what + ": " + e);
-  };
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) abandon("cannot write");
-    done += size_t(w);
-  }
-  if (::fsync(fd) != 0) abandon("cannot fsync");
-  if (::close(fd) != 0) { fd = -1; abandon("cannot close"); }
-  fd = -1;
-  if (::rename(tmp.c_str(), path.c_str()) != 0) abandon("cannot rename " + tmp + " into place");
-  // Make the rename itself durable; failure here loses nothing already written.
-  std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) { ::fsync(dfd); ::close(dfd); }
+  write_file_atomic(path, bytes.data(), bytes.size());
 }
 
 }  // namespace milrt
