@@ -3,11 +3,17 @@
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= $(shell nproc)
-DEBS := cmake ninja-build g++ libgtest-dev libfmt-dev libcli11-dev nlohmann-json3-dev
+DEBS := cmake ninja-build g++ libgtest-dev libfmt-dev libcli11-dev nlohmann-json3-dev python3-numpy
 
-.PHONY: run test build deps test-asan clean
+.PHONY: run example test build deps test-asan clean
 
+# The main job: train the default model on the embedded corpus (the license
+# texts under /usr/share/common-licenses), then print samples from it.
 run: build
+	OMP_WAIT_POLICY=passive $(BUILD)/milrt train --out $(BUILD)/train-default
+
+# Build a quantized Core ML bundle with the IR builder, run it, compare with plain C++.
+example: build
 	./examples/run_example.sh $(BUILD)/milrt
 
 test: build

@@ -8,5 +8,11 @@ void add_run(CLI::App& app);     // milrt run MODEL --input NAME=FILE.npy ...
 void add_print(CLI::App& app);   // milrt print MODEL
 void add_opt(CLI::App& app);     // milrt opt MODEL --passes a,b,c
 void add_inspect(CLI::App& app); // milrt inspect MODEL
-void add_bench(CLI::App& app);   // milrt bench MODEL
+void add_bench(CLI::App& app);   // milrt bench MODEL | bench train ...
+void add_bench_train(CLI::App& bench);  // milrt bench train --config NAME
+void add_train(CLI::App& app);   // milrt train [--config NAME] ...
+void add_grad(CLI::App& app);    // milrt grad MODEL --loss NAME --wrt A,B
+
+// "a,b,,c" -> {"a", "b", "c"} (empty items dropped): list-valued options.
+std::vector<std::string> split_commas(const std::string& s);
 }  // namespace milrt::cli

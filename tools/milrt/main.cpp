@@ -35,6 +35,8 @@ int main(int argc, char** argv) {
   milrt::cli::add_opt(app);
   milrt::cli::add_inspect(app);
   milrt::cli::add_bench(app);
+  milrt::cli::add_grad(app);
+  milrt::cli::add_train(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {  // a command's own verdict, e.g. --tolerance exceeded

@@ -1,0 +1,39 @@
+// The two things `milrt train` trains: a Llama language model on a token
+// stream, and the second seed's single transformer layer on its synthetic
+// regression target.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "llm/llama_config.h"
+#include "llm/tokenizer.h"
+#include "llm/trainer.h"
+
+namespace milrt::llm {
+
+struct LlamaTaskOptions {
+  int64_t batch = 8, seq = 0;        // seq 0 = cfg.seq
+  std::string data;                  // "" = the embedded corpus
+  double val_fraction = 0.1;
+  uint64_t seed = 1;                 // data order
+  int checkpoint_version = 0;        // llama2.c format written by save_weights
+  bool synthetic = false;            // uniform random tokens instead of data (benchmarks; no tokenizer needed)
+};
+
+// Loss program, data sampling and llama2.c checkpoints for `cfg`. The
+// tokenizer's vocabulary must equal cfg.vocab (checked before any work); it
+// may be null with o.synthetic.
+TrainTask llama_task(const LlamaConfig& cfg, std::shared_ptr<const Tokenizer> tok, const LlamaTaskOptions& o);
+
+// Model FLOPs of forward + backward for B sequences of T tokens: 6 per
+// weight use (the classifier included, the embedding lookup not) plus the
+// attention products (12 * layers * T² * dim per sequence, unmasked).
+double llama_train_flops(const LlamaConfig& cfg, int64_t batch, int64_t seq);
+
+// The second seed's experiment (train_large.m): one layer, dim 768, hidden
+// 2048, 12 heads, seq 512, MSE against its synthetic target, from the seed's
+// srand48 seed (42 in train_large.m).
+TrainTask seed_layer_task(uint32_t seed = 42);
+
+}  // namespace milrt::llm

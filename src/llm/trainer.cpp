@@ -1,0 +1,221 @@
+#include "llm/trainer.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fmt/format.h>
+
+#include "kernels/peak.h"
+#include "kernels/threads.h"
+#include "llm/checkpoint.h"
+#include "llm/train_report.h"
+#include "milrt/autodiff.h"
+#include "milrt/error.h"
+#include "milrt/plan.h"
+
+namespace milrt::llm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::string fmt_duration(double seconds) {
+  long s = long(std::max(0.0, seconds));
+  if (s >= 3600) return fmt::format("{}h{:02}m", s / 3600, (s / 60) % 60);
+  if (s >= 60) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  return fmt::format("{}s", s);
+}
+
+// The data inputs of the loss program (every input that is not a weight), as
+// tensors in the plan's storage dtype, so they can be bound without copies.
+TensorMap make_data_inputs(const Function& f, const std::vector<WeightSpec>& weights) {
+  TensorMap data;
+  for (const Param& p : f.params) {
+    bool is_weight = std::any_of(weights.begin(), weights.end(), [&](const WeightSpec& w) { return w.name == p.name; });
+    if (!is_weight) data[p.name] = Tensor(Plan::storage_dtype(p.type.dtype), p.type.shape);
+  }
+  return data;
+}
+
+void check_weights(const TrainTask& task, const TensorMap& weights) {
+  for (const WeightSpec& w : task.weights) {
+    auto it = weights.find(w.name);
+    if (it == weights.end()) throw Error("train: weight '" + w.name + "' is missing");
+    if (it->second.dtype() != DType::FP32 || it->second.shape() != w.shape)
+      throw Error("train: weight '" + w.name + "' must be fp32 " + shape_str(w.shape) + ", got " +
+                  std::string(dtype_name(it->second.dtype())) + " " + shape_str(it->second.shape()));
+  }
+}
+
+// Makes every weight tensor writable memory of its own (a loaded checkpoint
+// may be a read-only mapping), so plans can bind it and AdamW update it.
+void own_weights(TensorMap& weights) {
+  for (auto& [name, t] : weights)
+    if (!t.empty()) t = t.clone();
+}
+
+// grads (+)= micro: the sum over a step's micro-batches.
+void accumulate_gradients(TensorMap& grads, const TensorMap& micro, bool first) {
+  for (auto& [name, g] : grads) {
+    float* dst = g.mutable_ptr<float>();
+    const float* src = micro.at(name).ptr<float>();
+    const int64_t n = g.numel();
+    if (first) std::copy(src, src + n, dst);
+    else for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+  }
+}
+
+void scale_gradients(TensorMap& grads, double s) {
+  for (auto& [name, g] : grads) {
+    float* p = g.mutable_ptr<float>();
+    for (int64_t i = 0, n = g.numel(); i < n; ++i) p[i] *= float(s);
+  }
+}
+
+}  // namespace
+
+TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
+  if (opt.steps < 0 || opt.accum < 1) throw Error("train: --steps must be >= 0 and --accum >= 1");
+  check_weights(task, weights);
+  own_weights(weights);
+  const Function* fwd = task.program.function("main");
+  if (!fwd) throw Error("train: the task's program has no function main");
+
+  // Derived once: loss and every weight's gradient in one function.
+  GradOptions go;
+  go.loss = "loss";
+  for (const WeightSpec& w : task.weights) go.wrt.push_back(w.name);
+  Program derived = differentiate(task.program, go);
+  CompileOptions step_options;
+  step_options.function = go.function + "_grad";
+  Plan step_plan = compile(derived, step_options);
+  Plan eval_plan = compile(task.program);
+
+  TensorMap data = make_data_inputs(*fwd, task.weights);
+  TensorMap grads, micro;  // micro: one micro-step's gradients when accumulating
+  for (const WeightSpec& w : task.weights) {
+    grads[w.name] = Tensor(DType::FP32, w.shape);
+    if (opt.accum > 1) micro[w.name] = Tensor(DType::FP32, w.shape);
+  }
+  float loss = 0, eval_loss = 0;
+  for (auto& [name, t] : data) step_plan.bind(name, t), eval_plan.bind(name, t);
+  for (const WeightSpec& w : task.weights) {
+    step_plan.bind(w.name, weights.at(w.name));
+    eval_plan.bind(w.name, weights.at(w.name));
+    step_plan.bind(w.name + "_grad", (opt.accum > 1 ? micro : grads).at(w.name));
+  }
+  step_plan.bind("loss", &loss);
+  eval_plan.bind("loss", &eval_loss);
+
+  AdamW adamw(opt.adamw, weights);
+  TrainLog log;
+  log.threads = kernels::num_threads();
+  namespace fs = std::filesystem;
+  const std::string ckpt = opt.out_dir.empty() ? "" : (fs::path(opt.out_dir) / "checkpoint.bin").string();
+  const std::string state_path = opt.out_dir.empty() ? "" : (fs::path(opt.out_dir) / "train_state.bin").string();
+  const std::string csv_path = opt.out_dir.empty() ? "" : (fs::path(opt.out_dir) / "losses.csv").string();
+  if (opt.resume) {
+    if (opt.out_dir.empty()) throw Error("train: --resume needs the run directory (--out)");
+    TrainState st = load_train_state(state_path);
+    adamw.restore(st);
+    if (task.restore_data_state) task.restore_data_state(st.extra);
+    log.first_step = st.step;
+    log.rows = read_loss_csv(csv_path, st.step);
+  }
+  if (!opt.out_dir.empty()) fs::create_directories(opt.out_dir);
+
+  auto evaluate = [&](std::vector<double>* fwd_ms) {
+    double sum = 0;
+    if (task.begin_validation) task.begin_validation();
+    for (int64_t b = 0; b < std::max<int64_t>(1, opt.eval_batches); ++b) {
+      task.next_batch(data, /*validation=*/true);
+      auto t0 = Clock::now();
+      eval_plan.run();
+      if (fwd_ms) fwd_ms->push_back(ms_since(t0));
+      sum += eval_loss;
+    }
+    return sum / double(std::max<int64_t>(1, opt.eval_batches));
+  };
+  auto save = [&](int64_t step) {
+    if (opt.out_dir.empty()) return;
+    if (task.save_weights) task.save_weights(ckpt, weights);
+    TrainState st = adamw.state();
+    st.step = step;
+    if (task.save_data_state) st.extra = task.save_data_state();
+    save_train_state(state_path, st);
+    write_loss_csv(csv_path, log);
+    write_loss_svg((fs::path(opt.out_dir) / "loss.svg").string(), log, task.name);
+  };
+
+  const bool live = !opt.quiet && isatty(STDERR_FILENO);
+  std::vector<double> t_fb, t_fwd, t_opt, t_data, t_step;
+  const auto run_start = Clock::now();
+  int64_t step = log.first_step;
+  for (; step < opt.steps; ++step) {
+    auto step_t0 = Clock::now();
+    double loss_sum = 0;
+    for (int64_t a = 0; a < opt.accum; ++a) {
+      auto t0 = Clock::now();
+      task.next_batch(data, /*validation=*/false);
+      t_data.push_back(ms_since(t0));
+      t0 = Clock::now();
+      step_plan.run();
+      t_fb.push_back(ms_since(t0));
+      loss_sum += loss;
+      if (opt.accum > 1) accumulate_gradients(grads, micro, a == 0);
+    }
+    auto t0 = Clock::now();
+    if (opt.accum > 1) scale_gradients(grads, 1.0 / double(opt.accum));
+    const double lr = learning_rate(opt.adamw, step);
+    const double grad_norm = adamw.step(weights, grads);
+    t_opt.push_back(ms_since(t0));
+    const double ms = ms_since(step_t0);
+    t_step.push_back(ms);
+
+    TrainLog::Row row{step + 1, loss_sum / double(opt.accum), NAN, lr, grad_norm, ms};
+    if (!std::isfinite(row.loss)) throw Error(fmt::format("train: the loss is {} at step {}: lower the learning rate", row.loss, step + 1));
+    const bool last = step + 1 == opt.steps;
+    if ((opt.eval_every > 0 && (step + 1) % opt.eval_every == 0) || last) row.val_loss = evaluate(&t_fwd);
+    log.rows.push_back(row);
+
+    const double step_ms = median(t_step);
+    const double eta = step_ms * double(opt.steps - step - 1) / 1000.0;
+    const double tok_s = task.tokens_per_microstep > 0 ? double(task.tokens_per_microstep * opt.accum) / (step_ms / 1000) : 0;
+    std::string line = fmt::format("step {}/{} | loss {:.4f}", step + 1, opt.steps, row.loss);
+    if (!std::isnan(row.val_loss)) line += fmt::format(" | val {:.4f}", row.val_loss);
+    if (tok_s > 0) line += fmt::format(" | {:.0f} tok/s", tok_s);
+    line += fmt::format(" | {:.1f} ms/step | lr {:.2e} | ETA {}", step_ms, lr, fmt_duration(eta));
+    if (live) std::fprintf(stderr, "\r\033[K%s", line.c_str());
+    else if (!opt.quiet && ((step + 1) % std::max(1, opt.log_every) == 0 || last || !std::isnan(row.val_loss)))
+      std::printf("%s\n", line.c_str()), std::fflush(stdout);
+    if (opt.save_every > 0 && (step + 1) % opt.save_every == 0 && !last) save(step + 1);
+    if (opt.stop && opt.stop->load()) {
+      log.interrupted = true;
+      ++step;
+      break;
+    }
+  }
+  if (live) std::fprintf(stderr, "\n");
+  if (t_fwd.empty() && !log.interrupted) evaluate(&t_fwd);
+  save(step);
+  (void)run_start;
+  log.ms_fwd_bwd = median(t_fb);
+  log.ms_fwd = median(t_fwd);
+  log.ms_optimizer = median(t_opt);
+  log.ms_data = median(t_data);
+  log.peak_gflops = kernels::measure_peak_gflops(kernels::PeakKind::fp32_fma, log.threads);
+  if (!opt.out_dir.empty()) write_text_atomic((fs::path(opt.out_dir) / "report.txt").string(), efficiency_report(task, opt, log));
+  return log;
+}
+
+}  // namespace milrt::llm

@@ -1,0 +1,77 @@
+// The training loop: a loss program differentiated once, compiled once, run
+// every micro-step on bound memory; gradients accumulated over `accum`
+// micro-steps; AdamW on fp32 master weights; periodic evaluation,
+// checkpoints and a report.
+//
+// What is trained is a TrainTask: a MIL program with a scalar "loss" output
+// whose inputs are data (tokens, targets, ...) and weights. Weights are plan
+// inputs, bound to the master copy, so nothing recompiles when they change.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "llm/llama_config.h"
+#include "llm/optimizer.h"
+#include "milrt/ir.h"
+#include "milrt/reference.h"
+
+namespace milrt::llm {
+
+struct TrainTask {
+  std::string name;                  // for logs ("stories15m", "seed-layer")
+  Program program;                   // function "main": data inputs + weights -> "loss"
+  std::vector<WeightSpec> weights;   // the inputs to train, in checkpoint order
+  TensorMap init_weights;            // fp32 starting values (all of `weights`)
+  // Fills the data inputs (every non-weight input, at its declared shape and
+  // dtype) with the next training or validation batch.
+  std::function<void(TensorMap& data, bool validation)> next_batch;
+  // Called before each evaluation, so every evaluation sees the same
+  // validation batches (may be empty).
+  std::function<void()> begin_validation;
+  // Data position for checkpoints (the sampler's state), and its restore.
+  std::function<std::vector<uint8_t>()> save_data_state;
+  std::function<void(const std::vector<uint8_t>&)> restore_data_state;
+  double flops_per_microstep = 0;    // model FLOPs of forward + backward for one micro-batch
+  int64_t tokens_per_microstep = 0;  // 0 when the task has no tokens
+  // Saves the weights as a checkpoint (atomically); empty = the task has no
+  // checkpoint format (then only the training state is saved).
+  std::function<void(const std::string& path, const TensorMap& weights)> save_weights;
+};
+
+struct TrainOptions {
+  int64_t steps = 100;               // optimizer steps
+  int64_t accum = 1;                 // micro-steps per optimizer step
+  AdamWConfig adamw;
+  int64_t eval_every = 0;            // 0: only at the end
+  int64_t eval_batches = 4;
+  int64_t save_every = 0;            // 0: only at the end (and on Ctrl-C)
+  std::string out_dir;               // run directory; "" = no files
+  bool resume = false;               // continue from out_dir's checkpoint + state
+  int log_every = 10;                // plain log lines (a terminal gets a live line)
+  bool quiet = false;
+  const std::atomic<bool>* stop = nullptr;  // set by SIGINT: save and return after the current step
+};
+
+// Per-step figures, and the split of the time a report shows.
+struct TrainLog {
+  struct Row { int64_t step; double loss, val_loss, lr, grad_norm, ms; };  // val_loss NaN when not evaluated
+  std::vector<Row> rows;
+  double ms_fwd_bwd = 0, ms_fwd = 0, ms_optimizer = 0, ms_data = 0;  // medians per micro-step (optimizer per step)
+  double peak_gflops = 0;            // measured in the same run (fp32 FMA, all threads)
+  int threads = 1;
+  int64_t first_step = 0;            // > 0 after a resume
+  bool interrupted = false;
+};
+
+// Runs the loop; returns what it measured. Files in out_dir: checkpoint.bin
+// (the task's format), train_state.bin, losses.csv, loss.svg, report.txt.
+TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights);
+
+// The efficiency report (the seed's): ms/step split into forward, backward,
+// optimizer and data; useful TFLOP/s; fraction of the measured peak.
+std::string efficiency_report(const TrainTask& task, const TrainOptions& opt, const TrainLog& log);
+
+}  // namespace milrt::llm

@@ -1,0 +1,69 @@
+// milrt bench train: median milliseconds per training step of a config on
+// synthetic tokens, the optimizer's time spread over --accum micro-steps (as
+// ../shared/peers/pytorch_llama_step.py measures PyTorch).
+#include <cstdio>
+#include <fmt/format.h>
+
+#include "commands.h"
+#include "kernels/threads.h"
+#include "llm/checkpoint.h"
+#include "llm/train_tasks.h"
+#include "milrt/error.h"
+
+namespace milrt::cli {
+
+void add_bench_train(CLI::App& bench) {
+  auto* cmd = bench.add_subcommand("train", "Median ms per training step (forward + backward + optimizer / accum)");
+  static std::string config = "stories15m";
+  static int64_t steps = 3, accum = 10, batch = 1, seq = 0;
+  static int threads = 0;
+  static bool json = false;
+  cmd->add_option("--config", config, "stories15m | stories110m | stories15m-gqa | tiny | default | seed-layer");
+  cmd->add_option("--steps", steps, "timed optimizer steps (default 3)")->check(CLI::Range(1, 100000));
+  cmd->add_option("--accum", accum, "micro-steps per optimizer step (default 10)")->check(CLI::Range(1, 100000));
+  cmd->add_option("--batch", batch, "sequences per micro-step (default 1)")->check(CLI::Range(1, 4096));
+  cmd->add_option("--seq", seq, "tokens per sequence (default: the model's)");
+  cmd->add_option("--threads", threads, "threads (default MILRT_THREADS or all cores)");
+  cmd->add_flag("--json", json, "end with one JSON object of the figures");
+  cmd->callback([] {
+    if (threads > 0) kernels::set_num_threads(threads);
+    llm::TrainTask task;
+    TensorMap weights;
+    int64_t tokens = 0;
+    if (config == "seed-layer") {
+      task = llm::seed_layer_task();
+      weights = task.init_weights;
+    } else {
+      auto cfg = llm::llama_preset(config);
+      if (!cfg) throw Error("bench train: unknown --config '" + config + "'");
+      llm::LlamaTaskOptions o;
+      o.batch = batch;
+      o.seq = seq;
+      o.synthetic = true;
+      task = llm::llama_task(*cfg, nullptr, o);
+      weights = llm::init_llama_weights(*cfg, 1).tensors;
+      tokens = task.tokens_per_microstep;
+    }
+    llm::TrainOptions t;
+    t.steps = steps + 1;  // the first step warms caches and per-thread scratch
+    t.accum = accum;
+    t.eval_batches = 1;
+    t.quiet = true;
+    llm::TrainLog log = llm::train(task, t, weights);
+    const double step_ms = log.ms_fwd_bwd + log.ms_data + log.ms_optimizer / double(accum);
+    const double gflops = task.flops_per_microstep / (step_ms / 1000) * 1e-9;
+    std::printf("%s", llm::efficiency_report(task, t, log).c_str());
+    std::printf("%s: %.1f ms/step (forward+backward %.1f, optimizer %.1f once per %lld steps), %.1f GFLOP/s = %.1f%% of "
+                "the measured fp32 peak %.0f GFLOP/s, %d thread%s\n",
+                config.c_str(), step_ms, log.ms_fwd_bwd, log.ms_optimizer, (long long)accum, gflops,
+                100 * gflops / log.peak_gflops, log.peak_gflops, log.threads, log.threads == 1 ? "" : "s");
+    if (json)
+      std::printf("{\"config\": \"%s\", \"threads\": %d, \"accum\": %lld, \"tokens_per_step\": %lld, \"ms_per_step\": %.3f, "
+                  "\"fwd_bwd_ms\": %.3f, \"fwd_ms\": %.3f, \"optimizer_ms\": %.3f, \"data_ms\": %.3f, \"gflops\": %.2f, "
+                  "\"peak_gflops\": %.2f}\n",
+                  config.c_str(), log.threads, (long long)accum, (long long)tokens, step_ms, log.ms_fwd_bwd, log.ms_fwd,
+                  log.ms_optimizer, log.ms_data, gflops, log.peak_gflops);
+  });
+}
+
+}  // namespace milrt::cli
