@@ -65,7 +65,9 @@ TEST(Autodiff, DerivedFunctionNamesAndOutputs) {
   for (const Op& op : f->ops) {
     bool forward = std::any_of(p.functions[0].ops.begin(), p.functions[0].ops.end(),
                                [&](const Op& o) { return o.outputs[0].name == op.outputs[0].name; });
-    if (!forward) EXPECT_NE(op.outputs[0].name.find("_grad"), std::string::npos) << op.outputs[0].name;
+    if (!forward) {
+      EXPECT_NE(op.outputs[0].name.find("_grad"), std::string::npos) << op.outputs[0].name;
+    }
   }
 
   GradOptions o = opts("loss", {"W"});
@@ -121,7 +123,9 @@ TEST(Autodiff, UnreachedInputGetsZeros) {
   EXPECT_LT(text.size(), 8000u);
   // The forward op that only feeds another output is dropped.
   for (const Op& op : g.function("main_grad")->ops) EXPECT_NE(op.outputs[0].name, "v2");
-  Plan plan = compile(g, {.function = "main_grad"});
+  CompileOptions grad_fn;
+  grad_fn.function = "main_grad";
+  Plan plan = compile(g, grad_fn);
   EXPECT_TRUE(plan.run(in).at("v_grad").same_bytes(out.at("v_grad")));
 }
 

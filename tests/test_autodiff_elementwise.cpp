@@ -16,15 +16,6 @@
 namespace milrt::test {
 namespace {
 
-
-// loss = reduce_sum(z * w), z = `expr` of shape `zs`; params as given plus w.
-std::string weighted_loss_program(const std::string& params, const std::string& expr, const Shape& zs,
-                                  const std::string& dt = "fp32") {
-  std::string body = stmt(mil_type(zs, dt), "z", expr) + stmt(mil_type(zs, dt), "p", "mul(x = z, y = w)") +
-                     stmt(dt, "loss", "reduce_sum(x = p)");
-  return program_text(params + ", " + mil_type(zs, dt) + " w", body, "loss");
-}
-
 // Values in [lo, hi] whose magnitude is at least `gap`: keeps a kink at 0
 // more than the finite-difference step away.
 Tensor away_from_zero(const Shape& s, uint64_t seed, double gap = 0.1, double hi = 1.0) {
@@ -57,7 +48,7 @@ TEST_P(UnaryGrad, MatchesFiniteDifferences) {
   for (uint64_t seed : {1, 2, 3}) {
     Shape s = random_shape(seed * 31 + std::hash<std::string>{}(u.name) % 1000);
     SCOPED_TRACE(std::string(u.name) + " on " + shape_str(s));
-    std::string text = weighted_loss_program(mil_type(s) + " x", u.expr, s);
+    std::string text = weighted_sum_loss_program(mil_type(s) + " x", u.expr, s);
     TensorMap in;
     in["x"] = u.kink_at_zero ? away_from_zero(s, seed) : random_tensor(DType::FP32, s, seed, u.lo, u.hi);
     GradCheckOptions o;
@@ -100,12 +91,14 @@ TEST(ElementwiseGrad, Clip) {
   const double vals[] = {-0.9, -0.6, -0.4, -0.1, 0.1, 0.3, 0.45, 0.6, 0.8, 1.2, -1.3, 0.0, 0.2, -0.3, 0.7};
   for (size_t i = 0; i < 15; ++i) x.set(i, vals[i] == 0.45 ? 0.38 : vals[i]);
   auto r = expect_gradients_match(
-      weighted_loss_program(mil_type(s) + " x", "clip(x = x, alpha = fp32(-0.5), beta = fp32(0.5))", s), "loss", {"x"},
+      weighted_sum_loss_program(mil_type(s) + " x", "clip(x = x, alpha = fp32(-0.5), beta = fp32(0.5))", s), "loss", {"x"},
       {{"x", x}});
   // Elements outside the bounds get exactly zero.
   const Tensor& g = r.grads.at("x_grad");
   for (size_t i = 0; i < 15; ++i)
-    if (std::fabs(x.at(i)) > 0.5) EXPECT_EQ(g.at(i), 0.0) << i;
+    if (std::fabs(x.at(i)) > 0.5) {
+      EXPECT_EQ(g.at(i), 0.0) << i;
+    }
 }
 
 // cast to fp16 and back: the gradient passes through (rounded to fp16).
@@ -150,7 +143,7 @@ TEST_P(BinaryGrad, MatchesFiniteDifferences) {
     }
   }
   SCOPED_TRACE(std::string(b.op) + " " + shape_str(b.xs) + " with " + shape_str(b.ys));
-  std::string text = weighted_loss_program(mil_type(b.xs) + " x, " + mil_type(b.ys) + " y",
+  std::string text = weighted_sum_loss_program(mil_type(b.xs) + " x, " + mil_type(b.ys) + " y",
                                            std::string(b.op) + "(x = x, y = y)", zs);
   GradCheckOptions o;
   o.lo = b.lo;
@@ -184,7 +177,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(ElementwiseGrad, SelectBroadcast) {
   Shape zs{2, 3, 4};
   std::string params = mil_type({3, 4}, "bool") + " c, " + mil_type(zs) + " a, " + mil_type({4}) + " b";
-  std::string text = weighted_loss_program(params, "select(cond = c, a = a, b = b)", zs);
+  std::string text = weighted_sum_loss_program(params, "select(cond = c, a = a, b = b)", zs);
   Tensor c(DType::Bool, {3, 4});
   for (size_t i = 0; i < 12; ++i) c.set(i, (i * 5) % 3 == 0);
   expect_gradients_match(text, "loss", {"a", "b"}, {{"c", c}});
@@ -199,7 +192,7 @@ TEST(ElementwiseGrad, LiteralOperands) {
                            std::string("maximum(x = x, y = fp32(0.05))")}) {
     SCOPED_TRACE(expr);
     TensorMap in{{"x", away_from_zero(s, 3, 0.2)}};
-    expect_gradients_match(weighted_loss_program(mil_type(s) + " x", expr, s), "loss", {"x"}, in);
+    expect_gradients_match(weighted_sum_loss_program(mil_type(s) + " x", expr, s), "loss", {"x"}, in);
   }
 }
 

@@ -12,15 +12,6 @@
 namespace milrt::test {
 namespace {
 
-
-
-// loss = reduce_sum(z * w) with random w (a fixed input).
-std::string weighted_loss_program(const std::string& params, const std::string& expr, const Shape& zs) {
-  std::string body = stmt(mil_type(zs), "z", expr) + stmt(mil_type(zs), "p", "mul(x = z, y = w)") +
-                     stmt("fp32", "loss", "reduce_sum(x = p)");
-  return program_text(params + ", " + mil_type(zs) + " w", body, "loss");
-}
-
 struct MatmulCase {
   Shape xs, ys;
   bool tx = false, ty = false;
@@ -61,7 +52,7 @@ TEST_P(MatmulGrad, MatchesFiniteDifferences) {
                            {"x", "y"});
     return;
   }
-  expect_gradients_match(weighted_loss_program(mil_type(m.xs) + " x, " + mil_type(m.ys) + " y", expr, zs), "loss", {"x", "y"});
+  expect_gradients_match(weighted_sum_loss_program(mil_type(m.xs) + " x, " + mil_type(m.ys) + " y", expr, zs), "loss", {"x", "y"});
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -72,6 +63,9 @@ INSTANTIATE_TEST_SUITE_P(
                       MatmulCase{{2, 1, 3, 4}, {3, 4, 2}},            // batch dims broadcast both ways
                       MatmulCase{{3, 4}, {2, 4, 5}},                  // x shared by the batch
                       MatmulCase{{2, 2, 3, 4}, {1, 5, 4}, false, true},
+                      // a rank-2 weight under batched activations (dY folds the batch into rows)
+                      MatmulCase{{2, 3, 4}, {4, 5}}, MatmulCase{{2, 2, 3, 4}, {5, 4}, false, true},
+                      MatmulCase{{2, 4, 3}, {4, 5}, true, false},
                       MatmulCase{{4}, {4, 5}}, MatmulCase{{4}, {2, 4, 3}}, MatmulCase{{2, 3, 4}, {4}},
                       MatmulCase{{4, 3}, {4}, true, false}, MatmulCase{{4}, {4}}));
 
@@ -90,7 +84,7 @@ TEST_P(LinearGrad, MatchesFiniteDifferences) {
   std::string expr = std::string("linear(x = x, weight = W") + (l.bias ? ", bias = b)" : ")");
   std::vector<std::string> wrt{"x", "W"};
   if (l.bias) wrt.push_back("b");
-  expect_gradients_match(weighted_loss_program(params, expr, zs), "loss", wrt);
+  expect_gradients_match(weighted_sum_loss_program(params, expr, zs), "loss", wrt);
 }
 
 INSTANTIATE_TEST_SUITE_P(Linalg, LinearGrad,
@@ -100,7 +94,7 @@ INSTANTIATE_TEST_SUITE_P(Linalg, LinearGrad,
 // A constant weight: the gradient reaches x only.
 TEST(LinalgGrad, LinearConstWeight) {
   std::string w = "tensor<fp32, [2, 3]>([[0.5, -1, 0.25], [2, 0.1, -0.3]])";
-  expect_gradients_match(weighted_loss_program(mil_type({4, 3}) + " x", "linear(x = x, weight = " + w + ")", {4, 2}),
+  expect_gradients_match(weighted_sum_loss_program(mil_type({4, 3}) + " x", "linear(x = x, weight = " + w + ")", {4, 2}),
                          "loss", {"x"});
 }
 
@@ -137,7 +131,7 @@ TEST_P(ReduceGrad, MatchesFiniteDifferences) {
     std::string body = stmt("fp32", "z", expr) + stmt("fp32", "loss", "mul(x = z, y = w)");
     text = program_text(mil_type(r.xs) + " x, fp32 w", body, "loss");
   } else {
-    text = weighted_loss_program(mil_type(r.xs) + " x", expr, zs);
+    text = weighted_sum_loss_program(mil_type(r.xs) + " x", expr, zs);
   }
   TensorMap in;
   if (std::string(r.op) == "reduce_l1_norm") {

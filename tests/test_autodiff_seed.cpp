@@ -119,7 +119,9 @@ std::pair<double, double> train(DType dt, double grad_tol) {
   Program g = differentiate(p, go);
   // Nothing of the seed's hand-written backward half is used: the derived
   // function is the forward ops plus what the rules emitted.
-  Plan plan = compile(g, {.function = "main_grad"});
+  CompileOptions grad_fn;
+  grad_fn.function = "main_grad";
+  Plan plan = compile(g, grad_fn);
 
   // The seed test's data and initial weights.
   Vec x, target, w1, w2;
@@ -191,7 +193,9 @@ TEST(AutodiffSeed, PlanMatchesReferenceExecutor) {
   go.wrt = {"W1", "W2"};
   go.keep_outputs = true;
   Program g = differentiate(p, go);
-  Plan plan = compile(g, {.function = "main_grad"});
+  CompileOptions grad_fn;
+  grad_fn.function = "main_grad";
+  Plan plan = compile(g, grad_fn);
   TensorMap in;
   Vec v;
   for (int64_t i = 0; i < kD * kD; ++i) v.push_back(std::sin(double(i)) * 0.1);

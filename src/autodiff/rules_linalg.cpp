@@ -3,7 +3,8 @@
 // matmul: with X, Y the operands after their transposes and G the output's
 // gradient, dX = G Y^T and dY = X^T G, written back through the transposes
 // as one matmul each (no transpose op), then summed over broadcast batch
-// dims. Rank-1 operands get the size-1 dim MIL inserts made explicit.
+// dims (a rank-2 weight under batched activations: the batch folded into the
+// GEMM's rows instead). Rank-1 operands get the size-1 dim MIL inserts made explicit.
 // Reductions: the output's gradient is reshaped to keep_dims form and
 // broadcast over the reduced axes by a multiply with a small ones constant
 // (only the reduced dims have their size), which also keeps the result
@@ -69,7 +70,16 @@ Grads matmul_rule(const RuleContext& c) {
     dx = sum_to_shape(c, dx, x2);
     r["x"] = reshape(c, dx, x2, xs, "x");
   }
-  if (is_var(c, "y")) {
+  if (is_var(c, "y") && yr == 2 && xr > 2 && !tx) {
+    // A weight shared by every batch (x [..., M, K] by y [K, N]): fold x's
+    // batch dims into its rows so dY is one GEMM over all rows, instead of a
+    // batched product of y's size per batch element summed afterwards.
+    const int64_t rows = shape_numel(xs) / xs.back();
+    Value xf = reshape(c, x, xs, {rows, xs.back()}, "x_rows");
+    Value gf = reshape(c, g, gs, {rows, gs.back()}, "g_rows");
+    r["y"] = ty ? c.emit("matmul", "y", {{"x", gf}, {"y", xf}, {"transpose_x", lit_bool(true)}, {"transpose_y", lit_bool(false)}})
+                : c.emit("matmul", "y", {{"x", xf}, {"y", gf}, {"transpose_x", lit_bool(true)}, {"transpose_y", lit_bool(false)}});
+  } else if (is_var(c, "y")) {
     Value dy = ty ? c.emit("matmul", "y", {{"x", g}, {"y", x}, {"transpose_x", lit_bool(true)}, {"transpose_y", lit_bool(tx)}})
                   : c.emit("matmul", "y", {{"x", x}, {"y", g}, {"transpose_x", lit_bool(!tx)}, {"transpose_y", lit_bool(false)}});
     dy = sum_to_shape(c, dy, y2);

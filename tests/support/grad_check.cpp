@@ -148,7 +148,9 @@ GradCheckResult expect_gradients_match(const Program& program, const std::string
     double gmax = 0;
     for (int64_t i = 0; i < g.numel(); ++i) gmax = std::max(gmax, std::fabs(g.at(size_t(i))));
     r.max_abs_grad[w] = gmax;
-    if (!o.allow_zero) EXPECT_GT(gmax, 0.0) << "the analytic gradient is zero everywhere";
+    if (!o.allow_zero) {
+      EXPECT_GT(gmax, 0.0) << "the analytic gradient is zero everywhere";
+    }
 
     std::vector<size_t> idx;
     int64_t n = x.numel();
