@@ -53,6 +53,12 @@ struct CompileOptions {
   // name}; the input becomes a plan state that each run updates with the
   // output's value (see States above). Same shape and dtype required.
   std::map<std::string, std::string> state_aliases;
+  // Matrix products (matmul, linear, fused GEMMs; not conv yet): fp32 computes them
+  // exactly in fp32; bf16 rounds both operands to bf16 and accumulates in fp32
+  // (vdpbf16ps where the CPU has avx512_bf16: about twice the fp32 rate), the
+  // usual mixed precision of training. Everything else stays fp32.
+  enum class MatmulPrecision { fp32, bf16 };
+  MatmulPrecision matmul_precision = MatmulPrecision::fp32;
 };
 
 class Plan {

@@ -98,8 +98,11 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
   Program derived = differentiate(task.program, go);
   CompileOptions step_options;
   step_options.function = go.function + "_grad";
+  step_options.matmul_precision = opt.precision;
   Plan step_plan = compile(derived, step_options);
-  Plan eval_plan = compile(task.program);
+  CompileOptions eval_options;
+  eval_options.matmul_precision = opt.precision;
+  Plan eval_plan = compile(task.program, eval_options);
 
   TensorMap data = make_data_inputs(*fwd, task.weights);
   TensorMap grads, micro;  // micro: one micro-step's gradients when accumulating

@@ -16,6 +16,7 @@
 #include "llm/llama_config.h"
 #include "llm/optimizer.h"
 #include "milrt/ir.h"
+#include "milrt/plan.h"
 #include "milrt/reference.h"
 
 namespace milrt::llm {
@@ -52,6 +53,9 @@ struct TrainOptions {
   bool resume = false;               // continue from out_dir's checkpoint + state
   int log_every = 10;                // plain log lines (a terminal gets a live line)
   bool quiet = false;
+  // bf16: matrix products with bf16 operands and fp32 accumulation (weights,
+  // gradients, optimizer and everything else stay fp32: the master copy).
+  CompileOptions::MatmulPrecision precision = CompileOptions::MatmulPrecision::fp32;
   const std::atomic<bool>* stop = nullptr;  // set by SIGINT: save and return after the current step
 };
 

@@ -56,6 +56,9 @@ class LowerCtx {
   std::string const_str(const Op& op, const std::string& key, std::optional<std::string> def = std::nullopt);
   std::vector<int64_t> const_ints(const Op& op, const std::string& key,
                                   std::optional<std::vector<int64_t>> def = std::nullopt);
+
+  // CompileOptions::matmul_precision == bf16: GEMM operands rounded to bf16.
+  bool bf16_matmuls = false;
 };
 
 using LowerFn = std::unique_ptr<Step> (*)(const Op& op, LowerCtx& ctx);

@@ -572,6 +572,7 @@ Plan compile(const Program& program, const CompileOptions& options) {
     if (is_output(view)) output_roots.insert(root);
 
   Lowerer lower(P);
+  lower.bf16_matmuls = options.matmul_precision == CompileOptions::MatmulPrecision::bf16;
   for (auto& op : fn->ops) {
     if (op.type == "const") {
       const Arg* val = op.arg("val");

@@ -18,6 +18,7 @@ void add_bench_train(CLI::App& bench) {
   static int64_t steps = 3, accum = 10, batch = 1, seq = 0;
   static int threads = 0;
   static bool json = false;
+  static std::string precision = "fp32";
   cmd->add_option("--config", config, "stories15m | stories110m | stories15m-gqa | tiny | default | seed-layer");
   cmd->add_option("--steps", steps, "timed optimizer steps (default 3)")->check(CLI::Range(1, 100000));
   cmd->add_option("--accum", accum, "micro-steps per optimizer step (default 10)")->check(CLI::Range(1, 100000));
@@ -25,6 +26,7 @@ void add_bench_train(CLI::App& bench) {
   cmd->add_option("--seq", seq, "tokens per sequence (default: the model's)");
   cmd->add_option("--threads", threads, "threads (default MILRT_THREADS or all cores)");
   cmd->add_flag("--json", json, "end with one JSON object of the figures");
+  cmd->add_option("--precision", precision, "matrix products: fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
   cmd->callback([] {
     if (threads > 0) kernels::set_num_threads(threads);
     llm::TrainTask task;
@@ -49,6 +51,7 @@ void add_bench_train(CLI::App& bench) {
     t.accum = accum;
     t.eval_batches = 1;
     t.quiet = true;
+    t.precision = precision == "bf16" ? CompileOptions::MatmulPrecision::bf16 : CompileOptions::MatmulPrecision::fp32;
     llm::TrainLog log = llm::train(task, t, weights);
     const double step_ms = log.ms_fwd_bwd + log.ms_data + log.ms_optimizer / double(accum);
     const double gflops = task.flops_per_microstep / (step_ms / 1000) * 1e-9;
@@ -60,9 +63,9 @@ void add_bench_train(CLI::App& bench) {
     if (json)
       std::printf("{\"config\": \"%s\", \"threads\": %d, \"accum\": %lld, \"tokens_per_step\": %lld, \"ms_per_step\": %.3f, "
                   "\"fwd_bwd_ms\": %.3f, \"fwd_ms\": %.3f, \"optimizer_ms\": %.3f, \"data_ms\": %.3f, \"gflops\": %.2f, "
-                  "\"peak_gflops\": %.2f}\n",
+                  "\"peak_gflops\": %.2f, \"precision\": \"%s\"}\n",
                   config.c_str(), log.threads, (long long)accum, (long long)tokens, step_ms, log.ms_fwd_bwd, log.ms_fwd,
-                  log.ms_optimizer, log.ms_data, gflops, log.peak_gflops);
+                  log.ms_optimizer, log.ms_data, gflops, log.peak_gflops, precision.c_str());
   });
 }
 

@@ -29,6 +29,7 @@ struct Args {
   int threads = 0, samples = 2, checkpoint_version = 0, log_every = 10;
   uint64_t seed = 1;
   bool resume = false, quiet = false, seed_given = false;
+  std::string precision = "fp32";
   llm::AdamWConfig adamw;
 };
 
@@ -53,6 +54,7 @@ llm::TrainOptions train_options(const Args& a) {
   t.log_every = a.log_every;
   t.quiet = a.quiet;
   t.stop = &g_stop;
+  t.precision = a.precision == "bf16" ? CompileOptions::MatmulPrecision::bf16 : CompileOptions::MatmulPrecision::fp32;
   return t;
 }
 
@@ -157,6 +159,8 @@ void add_train(CLI::App& app) {
   cmd->add_option("--samples", a.samples, "texts generated at the end (greedy, then sampled)");
   cmd->add_option("--log-every", a.log_every, "log line every N steps when not on a terminal");
   cmd->add_flag("--quiet", a.quiet, "no progress output");
+  cmd->add_option("--precision", a.precision, "matrix products: fp32, or bf16 operands with fp32 accumulation and fp32 master weights")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   cmd->add_option("--emit-mil", a.emit_mil, "write the training program (loss and derived gradients) as MIL and exit");
   cmd->callback([] {
     if (a.threads > 0) kernels::set_num_threads(a.threads);

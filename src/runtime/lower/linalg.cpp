@@ -103,6 +103,7 @@ std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering
     ir = r.id;
   }
 
+  const kernels::GemmMath math = ctx.bf16_matmuls ? kernels::GemmMath::bf16 : kernels::GemmMath::fp32;
   // A constant B is packed now, once per B batch.
   std::shared_ptr<std::vector<kernels::PackedB>> packed;
   double b_bytes = 4.0 * double(y.numel());
@@ -112,12 +113,13 @@ std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering
     packed = std::make_shared<std::vector<kernels::PackedB>>();
     b_bytes = 0;
     for (int64_t b = 0; b < g.y_batches; ++b) {
-      packed->emplace_back(kernels::MatrixRef{wd + b * k * n, kernels::ElemType::f32, g.ty ? k : n, g.ty}, k, n);
+      packed->emplace_back(kernels::MatrixRef{wd + b * k * n, kernels::ElemType::f32, g.ty ? k : n, g.ty}, k, n, math);
       b_bytes += double(packed->back().bytes());
     }
   }
 
   std::string kernel = packed ? "gemm[B packed]" : "gemm";
+  if (ctx.bf16_matmuls) kernel += "[bf16]";
   if (gl.alpha != 1) kernel += "+alpha";
   if (ib >= 0) kernel += "+bias";
   if (gl.act != kernels::Activation::none) kernel += std::string("+") + act_name(gl.act);
@@ -147,7 +149,7 @@ std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering
       if (packed)
         kernels::gemm(m, ar, (*packed)[size_t(ybat[bi])], cr, ep);
       else
-        kernels::gemm(m, n, k, ar, kernels::MatrixRef{b + ybat[bi] * k * n, kernels::ElemType::f32, ldb, ty}, cr, ep);
+        kernels::gemm(m, n, k, ar, kernels::MatrixRef{b + ybat[bi] * k * n, kernels::ElemType::f32, ldb, ty}, cr, ep, math);
     }
   });
   step->info.flops = 2.0 * double(xoff.size()) * double(m) * double(n) * double(k);
