@@ -24,11 +24,11 @@ extern "C" void on_sigint(int) {
 }
 
 struct Args {
-  std::string config = "default", data, tokenizer, out, init, emit_mil;
+  std::string config = "default", data, tokenizer, out, init, emit_mil, prompt = "The";
   int64_t steps = -1, batch = -1, seq = 0, accum = 1, eval_every = -1, eval_batches = 4, save_every = 0;
   int threads = 0, samples = 2, checkpoint_version = 0, log_every = 10;
   uint64_t seed = 1;
-  bool resume = false, quiet = false, seed_given = false;
+  bool resume = false, quiet = false, seed_given = false, lr_given = false, warmup_given = false;
   std::string precision = "fp32";
   llm::AdamWConfig adamw;
 };
@@ -38,6 +38,9 @@ void apply_defaults(Args& a, bool seed_layer) {
   if (a.steps < 0) a.steps = seed_layer ? 20 : (a.config == "default" ? 600 : 200);
   if (a.batch < 0) a.batch = a.config == "default" ? 16 : 8;
   if (a.eval_every < 0) a.eval_every = std::max<int64_t>(1, a.steps / 10);
+  // The default model is small: it takes a larger rate and a short warmup.
+  if (a.config == "default" && !a.lr_given) a.adamw.lr = 1e-3;
+  if (a.config == "default" && !a.warmup_given) a.adamw.warmup = 30;
 }
 
 llm::TrainOptions train_options(const Args& a) {
@@ -112,6 +115,7 @@ void run_llama(Args& a) {
     so.temperature = i == 0 ? 0.0 : 0.8;
     so.seed = a.seed + uint64_t(i);
     so.steps = std::min<int64_t>(cfg.seq - 1, 200);
+    so.prompt = a.prompt;
     std::string text = llm::sample_text(cfg, weights, *tok, so);
     std::printf("--- sample %d (%s) ---\n%s\n", i + 1, i == 0 ? "greedy" : "temperature 0.8, top-p 0.9", text.c_str());
   }
@@ -157,14 +161,17 @@ void add_train(CLI::App& app) {
   static CLI::Option* cmd_seed = cmd->add_option("--seed", a.seed, "weights and data order (seed-layer: srand48 seed, default 42)");
   cmd->add_option("--threads", a.threads, "threads (default MILRT_THREADS or all cores)");
   cmd->add_option("--samples", a.samples, "texts generated at the end (greedy, then sampled)");
+  cmd->add_option("--prompt", a.prompt, "what the samples start from (default \"The\")");
   cmd->add_option("--log-every", a.log_every, "log line every N steps when not on a terminal");
   cmd->add_flag("--quiet", a.quiet, "no progress output");
   cmd->add_option("--precision", a.precision, "matrix products: fp32, or bf16 operands with fp32 accumulation and fp32 master weights")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   cmd->add_option("--emit-mil", a.emit_mil, "write the training program (loss and derived gradients) as MIL and exit");
-  cmd->callback([] {
+  cmd->callback([cmd] {
     if (a.threads > 0) kernels::set_num_threads(a.threads);
     a.seed_given = cmd_seed->count() > 0;
+    a.lr_given = cmd->count("--lr") > 0;
+    a.warmup_given = cmd->count("--warmup") > 0;
     const bool seed_layer = a.config == "seed-layer";
     apply_defaults(a, seed_layer);
     if (a.resume && a.out.empty()) throw Error("train: --resume needs --out DIR (the run to continue)");
