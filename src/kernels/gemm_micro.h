@@ -14,6 +14,9 @@
 
 namespace milrt::kernels::detail {
 
+// An epilogue activation on one scalar (the portable path; SIMD paths have their own).
+float activate(Activation act, float x);
+
 // Element layout of packed operands.
 //  f32: A rows hold fp32 along k. A B panel of NR columns holds, for each k,
 //       NR consecutive fp32 (zero-padded past N).

@@ -202,19 +202,31 @@ struct Plan::Impl {
     buffers.push_back(t.cast(vals[size_t(id)].dtype));
     return id;
   }
+  // Input buffers are allocated on first use by run(inputs): a plan whose
+  // inputs are all bound (weights bound zero-copy) never holds a copy.
   int add_owned(const std::string& name, DType declared, const Shape& shape, Kind kind) {
     int id = add_val(name, declared, shape, kind);
     vals[size_t(id)].storage = int(buffers.size());
-    buffers.emplace_back(vals[size_t(id)].dtype, shape);
+    if (kind == Kind::Input) buffers.emplace_back();
+    else buffers.emplace_back(vals[size_t(id)].dtype, shape);
     return id;
   }
-  void* owned(int id) { return buffers[size_t(vals[size_t(id)].storage)].mutable_data(); }
+  void* owned(int id) {
+    Tensor& b = buffers[size_t(vals[size_t(id)].storage)];
+    if (vals[size_t(id)].kind == Kind::Input && !b.data()) b = Tensor(vals[size_t(id)].dtype, vals[size_t(id)].shape);
+    return b.mutable_data();
+  }
+  // An unbound input's plan buffer if allocated, else null (run() refuses unbound inputs).
+  void* owned_if_allocated(int id) {
+    Tensor& b = buffers[size_t(vals[size_t(id)].storage)];
+    return b.data() ? b.mutable_data() : nullptr;
+  }
 
   // Frame pointers of inputs and outputs: bound caller memory, or plan memory.
   void set_io_pointers(bool use_bindings) {
     for (size_t i = 0; i < input_ids.size(); ++i)
       frame.ptr[size_t(input_ids[i])] =
-          use_bindings && input_bound[i] ? input_bound[i] : owned(input_ids[i]);
+          !use_bindings ? owned(input_ids[i]) : input_bound[i] ? input_bound[i] : owned_if_allocated(input_ids[i]);
     for (size_t i = 0; i < output_ids.size(); ++i)
       if (vals[size_t(output_ids[i])].kind == Kind::Output) frame.ptr[size_t(output_ids[i])] = owned(output_ids[i]);
     // An output computed by its op straight into caller memory; when two
@@ -525,6 +537,38 @@ Plan compile(const Program& program, const CompileOptions& options) {
     for (int at : uses_at(value)) safe &= at <= next_update;
     if (safe) in_state[value] = a->var;
   }
+  // A KV-cache write: slice_update(x = a value living in state S) whose only
+  // use is the next update of S, as its value, runs in S's buffer too: the
+  // step writes just the slice (no copy of the whole state out and back).
+  // Only when nothing reads S's old contents after the slice_update: no value
+  // in S is used past it, and no read_state of S comes between it and the update.
+  for (int r = 0; r < n_ops; ++r) {
+    const Op& op = fn->ops[size_t(r)];
+    const Arg* x = op.arg("x");
+    if (op.type != "slice_update" || op.outputs.size() != 1 || !x || x->kind != Arg::Kind::Var) continue;
+    auto st = in_state.find(x->var);
+    const std::string& value = op.outputs[0].name;
+    if (st == in_state.end() || is_output(value) || uses_at(value).size() != 1) continue;
+    const std::string state = st->second;
+    const int u = uses_at(value)[0];
+    const Op& upd = fn->ops[size_t(u)];
+    const Arg* us = upd.arg("state");
+    const Arg* uv = upd.arg("value");
+    if (upd.type != "coreml_update_state" || !us || us->kind != Arg::Kind::Var || us->var != state || !uv ||
+        uv->kind != Arg::Kind::Var || uv->var != value)
+      continue;
+    bool safe = true;
+    for (auto& [v, s2] : in_state)
+      if (s2 == state)
+        for (int at : uses_at(v)) safe &= at <= r || at > u;
+    for (int i = r + 1; i < u && safe; ++i) {
+      const Arg* in = fn->ops[size_t(i)].arg("input");
+      if (fn->ops[size_t(i)].type == "read_state" && in && in->kind == Arg::Kind::Var && in->var == state) safe = false;
+    }
+    for (const char* k : {"update", "begin", "end"})
+      if (const Arg* a = op.arg(k); a && a->kind == Arg::Kind::Var && in_state.count(a->var)) safe = false;
+    if (safe) in_state[value] = state;
+  }
   // An aliased output is computed straight into its input's buffer when the
   // input is not read once the output's op starts, or read only by that op
   // running elementwise in place; otherwise it is copied in after the steps.
@@ -607,6 +651,10 @@ Plan compile(const Program& program, const CompileOptions& options) {
       P.steps.back()->info.kernel = "read_state (in place)";  // `milrt inspect` shows the copy is gone
       P.steps.back()->info.bytes = 0;
     }
+    if (op.type == "slice_update" && in_state.count(op.outputs[0].name)) {
+      P.steps.back()->info.kernel = "slice_update (in place)";
+      P.steps.back()->info.bytes /= 2;  // the slice only, as far as `milrt inspect` can tell
+    }
     if (op.type == "coreml_update_state" && in_state.count(op.outputs[0].name)) {
       P.steps.back()->info.kernel = "coreml_update_state (result in place)";
       P.steps.back()->info.bytes /= 2;
@@ -653,8 +701,8 @@ Plan compile(const Program& program, const CompileOptions& options) {
     } else if (v.kind == Kind::Const) {
       // Steps never write constants, which may be read-only mapped weights.
       P.frame.ptr[i] = const_cast<void*>(P.buffers[size_t(v.storage)].data());
-    } else if (v.kind != Kind::Alias && v.kind != Kind::View) {
-      P.frame.ptr[i] = P.owned(int(i));
+    } else if (v.kind != Kind::Alias && v.kind != Kind::View && v.kind != Kind::Input) {
+      P.frame.ptr[i] = P.owned(int(i));  // inputs: set_io_pointers
     }
   }
   for (size_t i = 0; i < P.vals.size(); ++i)

@@ -20,6 +20,7 @@
 
 #include "kernels/gemm.h"
 #include "kernels/gemm_micro.h"
+#include "kernels/gemv.h"
 #include "kernels/threads.h"
 #include "milrt/dtype.h"
 #include "milrt/error.h"
@@ -27,11 +28,6 @@
 namespace milrt::kernels {
 
 namespace detail {
-namespace {
-
-// ---- the portable micro-kernel -------------------------------------------
-
-constexpr int kGenericMr = 6, kGenericNr = 8;
 
 float activate(Activation act, float x) {
   switch (act) {
@@ -47,6 +43,12 @@ float activate(Activation act, float x) {
   }
   return x;
 }
+
+namespace {
+
+// ---- the portable micro-kernel -------------------------------------------
+
+constexpr int kGenericMr = 6, kGenericNr = 8;
 
 float load_elem(const void* p, ElemType t, int64_t i) {
   switch (t) {
@@ -520,6 +522,14 @@ void gemm(int64_t M, int64_t N, int64_t K, const MatrixRef& a, const MatrixRef& 
   check_matrix("B", b, K, N);
   check_output(c, ep, M, N);
   const KernelSet& ks = kernel_set(isa, math);
+  if (M == 1 && K > 0 && math == GemmMath::fp32 && a.type == ElemType::f32 && !a.trans &&
+      b.type == ElemType::f32 && b.trans && c.type == ElemType::f32 &&
+      (!ep.residual || ep.residual_type == ElemType::f32)) {
+    // One row against a weight stored [N, K] (decoding): no packing (kernels/gemv.h).
+    gemv_rows_f32(N, K, static_cast<const float*>(a.data), static_cast<const float*>(b.data), b.ld,
+                  static_cast<float*>(c.data), ep, isa);
+    return;
+  }
   const bool round = emulate_bf16(ks, math);
   run_blocked(ks, Operands{M, N, K, prepare_a(a, M, K, ks, round), nullptr, b, round, c, ep});
 }

@@ -1,0 +1,104 @@
+// milrt generate: text from a llama2.c checkpoint with the KV-cache decoder
+// (src/llm/generator.h), following llama2.c's run.c: --steps counts every
+// position, prompt included (0 or more than seq_len = seq_len); the prompt is
+// encoded with BOS; temperature 0 is greedy; generation stops at BOS; text
+// streams to stdout as it is produced and the speeds go to stderr.
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+
+#include "commands.h"
+#include "kernels/threads.h"
+#include "llm/checkpoint.h"
+#include "llm/generator.h"
+#include "llm/sample.h"
+#include "llm/tokenizer.h"
+#include "milrt/error.h"
+
+namespace milrt::cli {
+namespace {
+
+struct Args {
+  std::string checkpoint, tokenizer, prompt;
+  int64_t steps = 256;
+  double temperature = 1.0, top_p = 0.9;
+  uint64_t seed = 0;
+  int threads = 0;
+};
+
+// llama2.c's xorshift generator, so a seed means the same coin stream there.
+float random_f32(uint64_t& s) {
+  s ^= s >> 12;
+  s ^= s << 25;
+  s ^= s >> 27;
+  return float(uint32_t((s * 0x2545F4914F6CDD1Dull) >> 32) >> 8) / 16777216.0f;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+void run(const Args& a) {
+  if (a.threads > 0) kernels::set_num_threads(a.threads);
+  llm::LlamaWeights w = llm::load_llama2c_checkpoint(a.checkpoint);
+  const llm::LlamaConfig cfg = w.cfg;
+  auto tok = llm::load_llama2c_tokenizer(a.tokenizer, cfg.vocab);
+  const int64_t steps = a.steps <= 0 || a.steps > cfg.seq ? cfg.seq : a.steps;
+  const double temperature = a.temperature < 0 ? 0 : a.temperature;
+  const double top_p = a.top_p <= 0 || a.top_p > 1 ? 0.9 : a.top_p;
+  uint64_t rng = a.seed ? a.seed : uint64_t(std::time(nullptr));
+
+  std::vector<int32_t> ids = tok->encode(a.prompt, /*bos=*/true, /*eos=*/false);
+  if (int64_t(ids.size()) > cfg.seq)
+    throw Error("generate: the prompt has " + std::to_string(ids.size()) + " tokens, more than the model's seq_len " +
+                std::to_string(cfg.seq));
+  llm::Generator gen(std::move(w));
+  gen.prepare(int64_t(ids.size()));  // compiled before the clock starts
+
+  for (size_t i = 1; i < ids.size(); ++i) std::fputs(llm::printable_piece(tok->decode(ids[i - 1], ids[i])).c_str(), stdout);
+  std::fflush(stdout);
+  auto t0 = std::chrono::steady_clock::now();
+  const float* logits = gen.prefill(ids);
+  const double prompt_s = seconds_since(t0);
+
+  // As run.c: the logits of position pos pick the token of pos + 1, and a
+  // token is run (decoded) only while its position is below steps.
+  auto t1 = std::chrono::steady_clock::now();
+  int64_t generated = 0, decoded = 0;
+  int32_t token = ids.back();
+  for (int64_t pos = int64_t(ids.size()) - 1; pos < steps;) {
+    const int32_t next = llm::pick_token(logits, cfg.vocab, temperature, top_p, random_f32(rng));
+    if (next == llm::Tokenizer::kBos) break;
+    std::fputs(llm::printable_piece(tok->decode(token, next)).c_str(), stdout);
+    std::fflush(stdout);
+    ++generated;
+    token = next;
+    if (++pos >= steps) break;
+    logits = gen.decode(token);
+    ++decoded;
+  }
+  const double gen_s = seconds_since(t1);
+  std::printf("\n");
+  std::fflush(stdout);
+  std::fprintf(stderr, "prompt: %zu tokens in %.3f s, %.1f tok/s; generation: %lld tokens in %.3f s, %.1f tok/s (%d thread%s)\n",
+               ids.size(), prompt_s, double(ids.size()) / std::max(prompt_s, 1e-9), (long long)generated, gen_s,
+               double(decoded) / std::max(gen_s, 1e-9), kernels::num_threads(), kernels::num_threads() == 1 ? "" : "s");
+}
+
+}  // namespace
+
+void add_generate(CLI::App& app) {
+  static Args a;
+  auto* cmd = app.add_subcommand("generate", "Generate text from a llama2.c checkpoint (KV-cache decoding)");
+  cmd->add_option("--checkpoint", a.checkpoint, "llama2.c checkpoint (version 0 or 1)")->required();
+  cmd->add_option("--tokenizer", a.tokenizer, "llama2.c tokenizer.bin")->required();
+  cmd->add_option("--prompt", a.prompt, "text to continue (encoded after BOS)");
+  cmd->add_option("--steps", a.steps, "positions to run, prompt included (0 = seq_len)");
+  cmd->add_option("--temperature", a.temperature, "0 = greedy");
+  cmd->add_option("--top-p", a.top_p, "nucleus sampling threshold");
+  cmd->add_option("--seed", a.seed, "sampling seed (0 = time)");
+  cmd->add_option("--threads", a.threads, "threads (default MILRT_THREADS or all cores)");
+  cmd->callback([] { run(a); });
+}
+
+}  // namespace milrt::cli
