@@ -21,6 +21,7 @@
 #include "milrt/plan.h"
 #include "support/grad_check.h"
 #include "support/test_util.h"
+#include "support/tiny_training.h"
 #include "test_cli_util.h"
 
 namespace milrt::test {
@@ -28,42 +29,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace milrt::llm;
-
-// Sentences over a small vocabulary of words: learnable structure a 1-layer
-// model picks up in a few dozen steps.
-std::string corpus() {
-  const char* subjects[] = {"the cat", "a dog", "the bird", "my friend", "the old man"};
-  const char* verbs[] = {"sees", "likes", "follows", "finds"};
-  const char* objects[] = {"the ball.", "a red fish.", "the green tree.", "some bread."};
-  std::string s;
-  for (int i = 0; i < 400; ++i) s += std::string(subjects[(i * 7) % 5]) + " " + verbs[(i * 3) % 4] + " " + objects[(i * 5 + i / 4) % 4] + "\n";
-  return s;
-}
-
-std::string write_corpus(const std::string& dir) {
-  std::string path = (fs::path(dir) / "corpus.txt").string();
-  std::ofstream(path) << corpus();
-  return path;
-}
-
-LlamaConfig tiny_config() {
-  LlamaConfig c;
-  c.dim = 32, c.hidden = 64, c.layers = 1, c.heads = 2, c.kv_heads = 1, c.vocab = 259, c.seq = 16;
-  return c;
-}
-
-TrainOptions tiny_options(int64_t steps) {
-  TrainOptions o;
-  o.steps = steps;
-  o.adamw.lr = 1e-2;
-  o.adamw.warmup = 5;
-  o.adamw.total_steps = steps;
-  o.adamw.weight_decay = 0.01;
-  o.eval_every = 0;
-  o.eval_batches = 4;
-  o.quiet = true;
-  return o;
-}
 
 // Entropy (nats) of the token unigram distribution: what a model that ignores
 // context at best achieves.
@@ -78,22 +43,15 @@ double unigram_entropy(const std::vector<int32_t>& tokens) {
   return h;
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 TEST(Trainer, TinyModelLearnsFarBelowUnigramEntropy) {
   std::string dir = temp_dir("trainer_learns");
   std::shared_ptr<const Tokenizer> tok = byte_tokenizer();
   LlamaTaskOptions to;
   to.batch = 8;
-  to.data = write_corpus(dir);
-  TrainTask task = llama_task(tiny_config(), tok, to);
-  TensorMap w = init_llama_weights(tiny_config(), 3).tensors;
-  TrainLog log = train(task, tiny_options(200), w);
+  to.data = write_tiny_corpus(dir);
+  TrainTask task = llama_task(tiny_llama_config(), tok, to);
+  TensorMap w = init_llama_weights(tiny_llama_config(), 3).tensors;
+  TrainLog log = train(task, tiny_train_options(200), w);
   ASSERT_EQ(log.rows.size(), 200u);
   const double h = unigram_entropy(load_token_data(to.data, *tok).val);
   const double first = log.rows.front().loss, val = log.rows.back().val_loss;
@@ -106,54 +64,36 @@ TEST(Trainer, TinyModelLearnsFarBelowUnigramEntropy) {
   SampleOptions so;
   so.prompt = "the cat";
   so.steps = 8;
-  std::string text = sample_text(tiny_config(), w, *tok, so);
+  std::string text = sample_text(tiny_llama_config(), w, *tok, so);
   EXPECT_EQ(text.rfind("the cat", 0), 0u) << text;
   EXPECT_GT(text.size(), 7u) << text;
-  const std::string c = corpus();
+  const std::string c = tiny_corpus();
   for (char ch : text) EXPECT_NE(c.find(ch), std::string::npos) << "'" << ch << "' in " << text;
 }
 
 TEST(Trainer, ResumedRunEqualsUninterruptedRunBitForBit) {
   std::string root = temp_dir("trainer_resume");
-  std::string data = write_corpus(root);
+  std::string data = write_tiny_corpus(root);
   std::shared_ptr<const Tokenizer> tok = byte_tokenizer();
   LlamaTaskOptions to;
   to.batch = 4;
   to.data = data;
-  TrainOptions opt = tiny_options(12);
+  TrainOptions opt = tiny_train_options(12);
   opt.accum = 2;
   opt.eval_every = 4;
 
   std::string dir_a = (fs::path(root) / "a").string(), dir_b = (fs::path(root) / "b").string();
   opt.out_dir = dir_a;
-  TrainTask task_a = llama_task(tiny_config(), tok, to);
-  TensorMap wa = init_llama_weights(tiny_config(), 5).tensors;
+  TrainTask task_a = llama_task(tiny_llama_config(), tok, to);
+  TensorMap wa = init_llama_weights(tiny_llama_config(), 5).tensors;
   TrainLog a = train(task_a, opt, wa);
   ASSERT_FALSE(a.interrupted);
 
-  // Run b is stopped after step 7, as Ctrl-C does: the flag is raised while a
-  // step runs, the trainer finishes the step and saves.
-  std::atomic<bool> stop{false};
-  TrainTask task_b = llama_task(tiny_config(), tok, to);
-  int batches = 0;
-  auto next = task_b.next_batch;
-  task_b.next_batch = [&](TensorMap& in, bool validation) {
-    if (!validation && ++batches == 7 * opt.accum) stop = true;
-    next(in, validation);
-  };
-  TensorMap wb = init_llama_weights(tiny_config(), 5).tensors;
-  opt.out_dir = dir_b;
-  opt.stop = &stop;
-  TrainLog b1 = train(task_b, opt, wb);
+  // Run b is stopped after step 7 (as Ctrl-C does) and resumed.
+  InterruptedRun b = train_interrupted_then_resumed(tok, to, opt, dir_b, 7, 5);
+  const TrainLog &b1 = b.first, &b2 = b.resumed;
   ASSERT_TRUE(b1.interrupted);
   ASSERT_EQ(b1.rows.size(), 7u);
-
-  // Resume in a fresh task (a new process would start the same way).
-  TrainTask task_c = llama_task(tiny_config(), tok, to);
-  TensorMap wc = load_llama2c_checkpoint((fs::path(dir_b) / "checkpoint.bin").string()).tensors;
-  opt.stop = nullptr;
-  opt.resume = true;
-  TrainLog b2 = train(task_c, opt, wc);
   ASSERT_EQ(b2.first_step, 7);
   ASSERT_EQ(b2.rows.size(), 12u);
   for (size_t i = 7; i < 12; ++i) {
@@ -222,12 +162,12 @@ TEST(Trainer, Bf16TrainingLearnsLikeFp32) {
   std::shared_ptr<const Tokenizer> tok = byte_tokenizer();
   LlamaTaskOptions to;
   to.batch = 8;
-  to.data = write_corpus(dir);
+  to.data = write_tiny_corpus(dir);
   TrainLog logs[2];
   for (int i = 0; i < 2; ++i) {
-    TrainTask task = llama_task(tiny_config(), tok, to);
-    TensorMap w = init_llama_weights(tiny_config(), 3).tensors;
-    TrainOptions o = tiny_options(120);
+    TrainTask task = llama_task(tiny_llama_config(), tok, to);
+    TensorMap w = init_llama_weights(tiny_llama_config(), 3).tensors;
+    TrainOptions o = tiny_train_options(120);
     if (i == 1) o.precision = CompileOptions::MatmulPrecision::bf16;
     logs[i] = train(task, o, w);
   }
@@ -251,18 +191,18 @@ TEST(Trainer, BadInputFailsBeforeAnyWork) {
   };
   LlamaTaskOptions o;
   o.data = (fs::path(dir) / "missing.txt").string();
-  EXPECT_NE(message(tiny_config(), o).find("missing.txt"), std::string::npos);
+  EXPECT_NE(message(tiny_llama_config(), o).find("missing.txt"), std::string::npos);
   o.data = (fs::path(dir) / "empty.txt").string();
   std::ofstream(o.data).close();
-  EXPECT_NE(message(tiny_config(), o).find("empty.txt"), std::string::npos);
-  o.data = write_corpus(dir);
-  LlamaConfig wrong_vocab = tiny_config();
+  EXPECT_NE(message(tiny_llama_config(), o).find("empty.txt"), std::string::npos);
+  o.data = write_tiny_corpus(dir);
+  LlamaConfig wrong_vocab = tiny_llama_config();
   wrong_vocab.vocab = 512;
   EXPECT_NE(message(wrong_vocab, o).find("vocabulary"), std::string::npos) << message(wrong_vocab, o);
-  LlamaConfig huge = tiny_config();
+  LlamaConfig huge = tiny_llama_config();
   huge.dim = 65536, huge.hidden = 262144, huge.layers = 64, huge.heads = 64, huge.kv_heads = 64;
   EXPECT_NE(message(huge, o).find("GiB"), std::string::npos) << message(huge, o);
-  LlamaConfig odd = tiny_config();
+  LlamaConfig odd = tiny_llama_config();
   odd.heads = 3;
   EXPECT_NE(message(odd, o).find("multiple of heads"), std::string::npos) << message(odd, o);
 }
@@ -283,7 +223,7 @@ TEST(Trainer, PickTokenGreedyAndNucleus) {
 
 TEST(TrainCli, TrainsResumesAndReportsErrors) {
   std::string dir = temp_dir("train_cli");
-  std::string data = write_corpus(dir), out = (fs::path(dir) / "run").string();
+  std::string data = write_tiny_corpus(dir), out = (fs::path(dir) / "run").string();
   CliResult r = run_cli({"train", "--config", "tiny", "--data", data, "--steps", "4", "--batch", "2", "--seq", "16",
                          "--out", out, "--samples", "1"}, 300);
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;

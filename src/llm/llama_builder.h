@@ -34,6 +34,13 @@ namespace milrt::llm {
 struct LlamaProgramOptions {
   int64_t batch = 1;  // B: sequences per run
   int64_t seq = 0;    // T: positions per sequence; 0 = cfg.seq (at most cfg.seq)
+  // FP32, or FP16 for mixed-precision training (the Neural Engine computes in
+  // fp16): the weight inputs stay fp32 (the master copy, names unchanged) and
+  // each is cast to fp16 by one `cast` op (<name>_fp16) at its first use;
+  // activations and constants (eps, scale, mask -3e4, RoPE tables) are fp16;
+  // the logits are cast back to fp32 ("logits"; the fp16 product is
+  // "logits_fp16"), so the cross-entropy and the loss are fp32.
+  DType compute = DType::FP32;
 };
 
 // Function "main" (opset ios18). Inputs: "tokens" int32 [B, T], "targets"
@@ -41,6 +48,11 @@ struct LlamaProgramOptions {
 // as an fp32 input of its spec's shape (weights are plan inputs, never
 // constants, so one plan serves every training step). Output: "loss", an fp32
 // scalar, the mean cross-entropy of targets over all B*T positions.
+// With compute FP16 there is one more input after "targets": "loss_scale", an
+// fp32 scalar, and "loss" = cross-entropy * loss_scale (the cross-entropy
+// itself is "ce"), so the backward pass runs on scaled gradients that stay
+// above fp16's subnormals; the trainer divides the loss and the gradients by
+// the scale again (dynamic loss scaling, see trainer.h).
 // Throws Error for a config that fails cfg.validate() or bad options.
 Program build_llama_loss(const LlamaConfig& cfg, const LlamaProgramOptions& opts = {});
 

@@ -99,8 +99,8 @@ TrainTask llama_task(const LlamaConfig& cfg, std::shared_ptr<const Tokenizer> to
                                      o.batch, seq, o.seed);
 
   TrainTask t;
-  t.name = "llama " + cfg.str();
-  t.program = build_llama_loss(cfg, {o.batch, seq});
+  t.name = "llama " + cfg.str() + (o.compute == DType::FP16 ? " fp16" : "");
+  t.program = build_llama_loss(cfg, {o.batch, seq, o.compute});
   t.weights = llama_weight_specs(cfg);
   t.next_batch = [data](TensorMap& in, bool validation) {
     (validation ? data->val : data->train).next(in.at("tokens").mutable_ptr<int32_t>(), in.at("targets").mutable_ptr<int32_t>());

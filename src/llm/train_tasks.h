@@ -19,6 +19,9 @@ struct LlamaTaskOptions {
   uint64_t seed = 1;                 // data order
   int checkpoint_version = 0;        // llama2.c format written by save_weights
   bool synthetic = false;            // uniform random tokens instead of data (benchmarks; no tokenizer needed)
+  // FP16: the fp16 loss program (LlamaProgramOptions::compute), which makes
+  // train() scale the loss dynamically; weights and optimizer stay fp32.
+  DType compute = DType::FP32;
 };
 
 // Loss program, data sampling and llama2.c checkpoints for `cfg`. The

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fmt/format.h>
 
@@ -82,6 +83,50 @@ void scale_gradients(TensorMap& grads, double s) {
   }
 }
 
+bool all_finite(const TensorMap& grads) {
+  for (const auto& [name, g] : grads) {
+    const float* p = g.ptr<float>();
+    for (int64_t i = 0, n = g.numel(); i < n; ++i)
+      if (!std::isfinite(p[i])) return false;
+  }
+  return true;
+}
+
+// The dynamic loss scale, and what the training state keeps of it: a header
+// the trainer puts before the task's data state in TrainState::extra (only in
+// runs with loss scaling, so other runs' state files are as before). It also
+// keeps AdamW's own step count, which falls behind the loop's step by the
+// skipped steps (TrainState::step is the loop's).
+struct LossScale {
+  static constexpr char kMagic[8] = {'M', 'I', 'L', 'R', 'T', 'L', 'S', '1'};
+  static constexpr size_t kHeader = 8 + 8 + 8 + 8;
+  double scale = 1;
+  int64_t good_steps = 0;   // finite steps in a row since the last change
+  int64_t adamw_steps = 0;
+
+  std::vector<uint8_t> wrap(const std::vector<uint8_t>& task_bytes) const {
+    std::vector<uint8_t> b(kHeader);
+    std::memcpy(b.data(), kMagic, 8);
+    std::memcpy(b.data() + 8, &scale, 8);
+    std::memcpy(b.data() + 16, &good_steps, 8);
+    std::memcpy(b.data() + 24, &adamw_steps, 8);
+    b.insert(b.end(), task_bytes.begin(), task_bytes.end());
+    return b;
+  }
+  static bool has_header(const std::vector<uint8_t>& b) {
+    return b.size() >= kHeader && std::memcmp(b.data(), kMagic, 8) == 0;
+  }
+  // Reads the header and returns the task's bytes after it.
+  std::vector<uint8_t> unwrap(const std::vector<uint8_t>& b) {
+    std::memcpy(&scale, b.data() + 8, 8);
+    std::memcpy(&good_steps, b.data() + 16, 8);
+    std::memcpy(&adamw_steps, b.data() + 24, 8);
+    if (!(scale > 0) || !std::isfinite(scale) || good_steps < 0 || adamw_steps < 0)
+      throw Error("train: the training state's loss scale is corrupt");
+    return std::vector<uint8_t>(b.begin() + kHeader, b.end());
+  }
+};
+
 }  // namespace
 
 TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
@@ -119,6 +164,14 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
   }
   step_plan.bind("loss", &loss);
   eval_plan.bind("loss", &eval_loss);
+  const bool scaling = data.count("loss_scale") > 0;
+  LossScale ls;
+  if (scaling) {
+    if (!(opt.loss_scale > 0) || !std::isfinite(opt.loss_scale) || opt.loss_scale_window < 1)
+      throw Error("train: the loss scale must be positive and finite and its window at least 1");
+    ls.scale = double(float(opt.loss_scale));  // what the fp32 input holds
+  }
+  float* scale_input = scaling ? data.at("loss_scale").mutable_ptr<float>() : nullptr;
 
   AdamW adamw(opt.adamw, weights);
   TrainLog log;
@@ -130,15 +183,24 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
   if (opt.resume) {
     if (opt.out_dir.empty()) throw Error("train: --resume needs the run directory (--out)");
     TrainState st = load_train_state(state_path);
+    if (scaling != LossScale::has_header(st.extra))
+      throw Error(scaling ? "train: the training state was saved by a run without fp16 loss scaling: resume it with its --precision"
+                          : "train: the training state was saved by an fp16 run: resume it with --precision fp16");
+    const int64_t loop_step = st.step;
+    if (scaling) {
+      st.extra = ls.unwrap(st.extra);
+      st.step = ls.adamw_steps;
+    }
     adamw.restore(st);
     if (task.restore_data_state) task.restore_data_state(st.extra);
-    log.first_step = st.step;
-    log.rows = read_loss_csv(csv_path, st.step);
+    log.first_step = loop_step;
+    log.rows = read_loss_csv(csv_path, loop_step);
   }
   if (!opt.out_dir.empty()) fs::create_directories(opt.out_dir);
 
   auto evaluate = [&](std::vector<double>* fwd_ms) {
     double sum = 0;
+    if (scale_input) *scale_input = 1.0f;  // no backward pass: nothing to protect from underflow
     if (task.begin_validation) task.begin_validation();
     for (int64_t b = 0; b < std::max<int64_t>(1, opt.eval_batches); ++b) {
       task.next_batch(data, /*validation=*/true);
@@ -155,6 +217,10 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
     TrainState st = adamw.state();
     st.step = step;
     if (task.save_data_state) st.extra = task.save_data_state();
+    if (scaling) {
+      ls.adamw_steps = adamw.steps_taken();
+      st.extra = ls.wrap(st.extra);
+    }
     save_train_state(state_path, st);
     write_loss_csv(csv_path, log);
     write_loss_svg((fs::path(opt.out_dir) / "loss.svg").string(), log, task.name);
@@ -167,6 +233,8 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
   for (; step < opt.steps; ++step) {
     auto step_t0 = Clock::now();
     double loss_sum = 0;
+    const double scale = ls.scale;
+    if (scale_input) *scale_input = float(scale);
     for (int64_t a = 0; a < opt.accum; ++a) {
       auto t0 = Clock::now();
       task.next_batch(data, /*validation=*/false);
@@ -178,15 +246,34 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
       if (opt.accum > 1) accumulate_gradients(grads, micro, a == 0);
     }
     auto t0 = Clock::now();
-    if (opt.accum > 1) scale_gradients(grads, 1.0 / double(opt.accum));
+    if (opt.accum > 1 || scaling) scale_gradients(grads, 1.0 / (double(opt.accum) * scale));
     const double lr = learning_rate(opt.adamw, step);
-    const double grad_norm = adamw.step(weights, grads);
+    const bool skipped = scaling && !all_finite(grads);
+    double grad_norm = NAN;
+    if (skipped) {
+      // fp16 overflow somewhere in the backward pass: this step's update is
+      // lost, the next one runs at half the scale.
+      ls.scale /= 2, ls.good_steps = 0;
+      log.skipped_steps.push_back(step + 1);
+      if (ls.scale < 0x1p-24)
+        throw Error(fmt::format("train: the gradients are not finite even at loss scale {:g} (step {}): the model diverged; "
+                                "lower the learning rate", scale, step + 1));
+      if (!opt.quiet) {
+        if (live) std::fprintf(stderr, "\r\033[K");
+        std::printf("step %lld: non-finite gradients at loss scale %g: step skipped, scale now %g\n",
+                    (long long)(step + 1), scale, ls.scale);
+        std::fflush(stdout);
+      }
+    } else {
+      grad_norm = adamw.step(weights, grads);
+      if (scaling && ++ls.good_steps >= opt.loss_scale_window) ls.scale *= 2, ls.good_steps = 0;
+    }
     t_opt.push_back(ms_since(t0));
     const double ms = ms_since(step_t0);
     t_step.push_back(ms);
 
-    TrainLog::Row row{step + 1, loss_sum / double(opt.accum), NAN, lr, grad_norm, ms};
-    if (!std::isfinite(row.loss)) throw Error(fmt::format("train: the loss is {} at step {}: lower the learning rate", row.loss, step + 1));
+    TrainLog::Row row{step + 1, loss_sum / double(opt.accum) / scale, NAN, lr, grad_norm, ms};
+    if (!std::isfinite(row.loss) && !skipped) throw Error(fmt::format("train: the loss is {} at step {}: lower the learning rate", row.loss, step + 1));
     const bool last = step + 1 == opt.steps;
     if ((opt.eval_every > 0 && (step + 1) % opt.eval_every == 0) || last) row.val_loss = evaluate(&t_fwd);
     log.rows.push_back(row);
@@ -212,6 +299,7 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
   if (t_fwd.empty() && !log.interrupted) evaluate(&t_fwd);
   save(step);
   (void)run_start;
+  log.loss_scale = ls.scale;
   log.ms_fwd_bwd = median(t_fb);
   log.ms_fwd = median(t_fwd);
   log.ms_optimizer = median(t_opt);

@@ -56,6 +56,19 @@ struct TrainOptions {
   // bf16: matrix products with bf16 operands and fp32 accumulation (weights,
   // gradients, optimizer and everything else stay fp32: the master copy).
   CompileOptions::MatmulPrecision precision = CompileOptions::MatmulPrecision::fp32;
+  // fp16 training is chosen by the task: a program with an fp32 scalar input
+  // "loss_scale" (LlamaTaskOptions::compute = FP16) computes in fp16 on fp32
+  // master weights, and its "loss" output is the loss times that input. The
+  // trainer then scales dynamically: it feeds the scale, divides the loss and
+  // the gradients by it, skips the optimizer step and halves the scale when a
+  // gradient is not finite, and doubles it after loss_scale_window good steps
+  // in a row. The scale and the run of good steps are part of the training
+  // state, so a resumed run continues exactly.
+  // 2^15: the tiny models' logit gradients, scale * (p - onehot) / (B*T), stay
+  // far below fp16's 65504 while the smallest useful ones leave its subnormal
+  // range; one step above that costs a single skipped step.
+  double loss_scale = 32768;
+  int64_t loss_scale_window = 200;
   const std::atomic<bool>* stop = nullptr;  // set by SIGINT: save and return after the current step
 };
 
@@ -67,6 +80,11 @@ struct TrainLog {
   double peak_gflops = 0;            // measured in the same run (fp32 FMA, all threads)
   int threads = 1;
   int64_t first_step = 0;            // > 0 after a resume
+  // Loss scaling (fp16 tasks): steps whose gradients were not finite, so the
+  // optimizer skipped them (their row's grad_norm is NaN), in this call; and
+  // the scale at the end (1 without scaling).
+  std::vector<int64_t> skipped_steps;
+  double loss_scale = 1;
   bool interrupted = false;
 };
 

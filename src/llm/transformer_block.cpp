@@ -9,6 +9,9 @@ namespace {
 // Masked scores: large and negative but finite, so exp() underflows to an
 // exact zero while softmax's gradient (and any fp16 rounding) stays finite.
 constexpr double kMaskValue = -1e9;
+// -1e9 is -inf in fp16 (max 65504); -3e4 is finite there and still far below
+// any real score, so exp() of a masked score is an exact zero as well.
+constexpr double kMaskValueFp16 = -3e4;
 
 Shape leading(const Value& x) { return Shape(x.type.shape.begin(), x.type.shape.end() - 2); }
 
@@ -29,7 +32,7 @@ std::vector<int64_t> perm_after(size_t n, std::initializer_list<int64_t> tail) {
 
 Value TransformerBuilder::scalar(const std::string& name, double v) {
   if (f_.has_value(name)) return f_.value(name);
-  return f_.constant(name, Tensor::scalar(DType::FP32, v));
+  return f_.constant(name, Tensor::scalar(dtype_, v));
 }
 
 Value TransformerBuilder::rmsnorm(const std::string& name, const Value& x, const Value& gamma) {
@@ -52,7 +55,7 @@ Value TransformerBuilder::linear(const std::string& name, const Value& x, const 
 Value TransformerBuilder::rope_table(const std::string& name, int64_t width, bool sine) {
   if (f_.has_value(name)) return f_.value(name);
   const int64_t hd = s_.dim / s_.heads;
-  Tensor t(DType::FP32, {s_.seq, width});
+  Tensor t(dtype_, {s_.seq, width});
   for (int64_t pos = 0; pos < s_.seq; ++pos)
     for (int64_t i = 0; i < width; ++i) {
       const int64_t pair = (i % hd) - (i % hd) % 2;  // the pair's even index within its head
@@ -124,9 +127,10 @@ Value TransformerBuilder::block(const std::string& p, const Value& x, const Bloc
                        {{"x", qh}, {"y", kh}, {"transpose_x", lit_bool(false)}, {"transpose_y", lit_bool(true)}});
   Value scaled = f_.op("mul", p + "scores_scaled", {{"x", scores}, {"y", scalar("att_scale", 1.0 / std::sqrt(double(hd)))}});
   if (!f_.has_value("causal_mask")) {
-    Tensor m(DType::FP32, {s_.seq, s_.seq});
+    Tensor m(dtype_, {s_.seq, s_.seq});
+    const double masked_value = dtype_ == DType::FP16 ? kMaskValueFp16 : kMaskValue;
     for (int64_t i = 0; i < s_.seq; ++i)
-      for (int64_t j = 0; j < s_.seq; ++j) m.set(size_t(i * s_.seq + j), j <= i ? 0.0 : kMaskValue);
+      for (int64_t j = 0; j < s_.seq; ++j) m.set(size_t(i * s_.seq + j), j <= i ? 0.0 : masked_value);
     f_.constant("causal_mask", m);
   }
   Value masked = f_.op("add", p + "scores_masked", {{"x", scaled}, {"y", f_.value("causal_mask")}});

@@ -26,8 +26,9 @@ struct BlockWeights {
 class TransformerBuilder {
  public:
   // Shared constants (eps, score scale, causal mask, RoPE tables) are added
-  // to `f` once, on first use.
-  TransformerBuilder(FunctionBuilder& f, const BlockShape& s) : f_(f), s_(s) {}
+  // to `f` once, on first use, in `dtype` (FP32 or FP16: the dtype of the
+  // activations and weights the caller passes).
+  TransformerBuilder(FunctionBuilder& f, const BlockShape& s, DType dtype = DType::FP32) : f_(f), s_(s), dtype_(dtype) {}
 
   // out = x * rsqrt(mean(x², last axis) + eps) * gamma; values named
   // <name>_sq, _ms, _var, _rrms, _xn and <name>.
@@ -46,6 +47,7 @@ class TransformerBuilder {
 
   FunctionBuilder& f_;
   BlockShape s_;
+  DType dtype_;
 };
 
 }  // namespace milrt::llm

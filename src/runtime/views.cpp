@@ -15,7 +15,10 @@ bool is_view(const Op& op, const std::map<std::string, Type>& types) {
   const Type& out = op.outputs[0].type;
   if (shape_numel(in.shape) != shape_numel(out.shape) || out.dtype == DType::String) return false;
   if (op.type == "reshape" || op.type == "identity") return in.dtype == out.dtype;
-  if (op.type == "cast") return storage_dtype(in.dtype) == storage_dtype(out.dtype);
+  // A cast to fp16 rounds (and overflows to inf, which fp16 loss scaling
+  // detects), so it is a step of its own; widening casts are exact views.
+  if (op.type == "cast")
+    return storage_dtype(in.dtype) == storage_dtype(out.dtype) && !(out.dtype == DType::FP16 && in.dtype != DType::FP16);
   return false;
 }
 

@@ -26,13 +26,15 @@ void add_bench_train(CLI::App& bench) {
   cmd->add_option("--seq", seq, "tokens per sequence (default: the model's)");
   cmd->add_option("--threads", threads, "threads (default MILRT_THREADS or all cores)");
   cmd->add_flag("--json", json, "end with one JSON object of the figures");
-  cmd->add_option("--precision", precision, "matrix products: fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
+  cmd->add_option("--precision", precision, "fp32, bf16 (matrix products) or fp16 (fp16 program, loss scaling)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   cmd->callback([] {
     if (threads > 0) kernels::set_num_threads(threads);
     llm::TrainTask task;
     TensorMap weights;
     int64_t tokens = 0;
     if (config == "seed-layer") {
+      if (precision == "fp16") throw Error("bench train: --precision fp16 is for Llama configs, not seed-layer");
       task = llm::seed_layer_task();
       weights = task.init_weights;
     } else {
@@ -42,6 +44,7 @@ void add_bench_train(CLI::App& bench) {
       o.batch = batch;
       o.seq = seq;
       o.synthetic = true;
+      o.compute = precision == "fp16" ? DType::FP16 : DType::FP32;
       task = llm::llama_task(*cfg, nullptr, o);
       weights = llm::init_llama_weights(*cfg, 1).tensors;
       tokens = task.tokens_per_microstep;

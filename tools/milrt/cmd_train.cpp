@@ -57,6 +57,8 @@ llm::TrainOptions train_options(const Args& a) {
   t.log_every = a.log_every;
   t.quiet = a.quiet;
   t.stop = &g_stop;
+  // fp16 is the task's program (fp16 compute, loss scaling); its matrix
+  // products are the plan's fp32 ones on fp16-rounded operands.
   t.precision = a.precision == "bf16" ? CompileOptions::MatmulPrecision::bf16 : CompileOptions::MatmulPrecision::fp32;
   return t;
 }
@@ -89,6 +91,7 @@ void run_llama(Args& a) {
   o.data = a.data;
   o.seed = a.seed;
   o.checkpoint_version = a.checkpoint_version;
+  o.compute = a.precision == "fp16" ? DType::FP16 : DType::FP32;
   llm::TrainTask task = llm::llama_task(cfg, tok, o);
   if (!a.emit_mil.empty()) {  // the loss program with its derived gradient function, for inspection
     GradOptions go;
@@ -122,6 +125,7 @@ void run_llama(Args& a) {
 }
 
 void run_seed_layer(Args& a) {
+  if (a.precision == "fp16") throw Error("train: --precision fp16 is for Llama configs; seed-layer takes fp32 or bf16");
   llm::TrainTask task = llm::seed_layer_task(a.seed_given ? uint32_t(a.seed) : 42);
   TensorMap weights = task.init_weights;
   llm::TrainOptions t = train_options(a);
@@ -164,8 +168,10 @@ void add_train(CLI::App& app) {
   cmd->add_option("--prompt", a.prompt, "what the samples start from (default \"The\")");
   cmd->add_option("--log-every", a.log_every, "log line every N steps when not on a terminal");
   cmd->add_flag("--quiet", a.quiet, "no progress output");
-  cmd->add_option("--precision", a.precision, "matrix products: fp32, or bf16 operands with fp32 accumulation and fp32 master weights")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
+  cmd->add_option("--precision", a.precision,
+                  "fp32; bf16 (matrix operands bf16, fp32 accumulation); or fp16 (fp16 activations and weight copies, "
+                  "dynamic loss scaling); master weights always fp32")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   cmd->add_option("--emit-mil", a.emit_mil, "write the training program (loss and derived gradients) as MIL and exit");
   cmd->callback([cmd] {
     if (a.threads > 0) kernels::set_num_threads(a.threads);
