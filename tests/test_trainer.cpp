@@ -235,6 +235,12 @@ TEST(TrainCli, TrainsResumesAndReportsErrors) {
   EXPECT_EQ(w.cfg.dim, 64);
   EXPECT_EQ(w.cfg.vocab, 259) << "a preset trained from scratch takes the byte tokenizer's vocabulary";
 
+  // The trained byte-level model generates without a tokenizer file.
+  r = run_cli({"generate", "--checkpoint", (fs::path(out) / "checkpoint.bin").string(), "--prompt", "the", "--steps", "12",
+               "--temperature", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("the", 0), 0u) << r.out;
+
   r = run_cli({"train", "--data", data, "--steps", "6", "--batch", "2", "--seq", "16", "--out", out, "--resume", "--samples", "0"}, 300);
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   EXPECT_NE(r.out.find("step 6/6"), std::string::npos) << r.out;

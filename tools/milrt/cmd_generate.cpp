@@ -42,7 +42,11 @@ void run(const Args& a) {
   if (a.threads > 0) kernels::set_num_threads(a.threads);
   llm::LlamaWeights w = llm::load_llama2c_checkpoint(a.checkpoint);
   const llm::LlamaConfig cfg = w.cfg;
-  auto tok = llm::load_llama2c_tokenizer(a.tokenizer, cfg.vocab);
+  // Without --tokenizer: the byte-level vocabulary `milrt train` uses by default.
+  auto tok = a.tokenizer.empty() ? llm::byte_tokenizer() : llm::load_llama2c_tokenizer(a.tokenizer, cfg.vocab);
+  if (tok->vocab_size() != cfg.vocab)
+    throw Error("generate: " + a.checkpoint + " has a vocabulary of " + std::to_string(cfg.vocab) +
+                " tokens: give its --tokenizer (without one, bytes: 259 tokens)");
   const int64_t steps = a.steps <= 0 || a.steps > cfg.seq ? cfg.seq : a.steps;
   const double temperature = a.temperature < 0 ? 0 : a.temperature;
   const double top_p = a.top_p <= 0 || a.top_p > 1 ? 0.9 : a.top_p;
@@ -91,7 +95,7 @@ void add_generate(CLI::App& app) {
   static Args a;
   auto* cmd = app.add_subcommand("generate", "Generate text from a llama2.c checkpoint (KV-cache decoding)");
   cmd->add_option("--checkpoint", a.checkpoint, "llama2.c checkpoint (version 0 or 1)")->required();
-  cmd->add_option("--tokenizer", a.tokenizer, "llama2.c tokenizer.bin")->required();
+  cmd->add_option("--tokenizer", a.tokenizer, "llama2.c tokenizer.bin (default: bytes, as milrt train's default)");
   cmd->add_option("--prompt", a.prompt, "text to continue (encoded after BOS)");
   cmd->add_option("--steps", a.steps, "positions to run, prompt included (0 = seq_len)");
   cmd->add_option("--temperature", a.temperature, "0 = greedy");
