@@ -10,6 +10,7 @@
 
 #include "autodiff/grad_rule.h"
 #include "milrt/autodiff.h"
+#include "milrt/mil.h"
 #include "milrt/plan.h"
 #include "support/grad_check.h"
 #include "support/test_util.h"
@@ -237,6 +238,45 @@ TEST(Autodiff, HarnessCatchesWrongRules) {
   autodiff::register_grad_rule("add", add_saved);
   EXPECT_NE(e.find("a bug in the rule"), std::string::npos) << e;
   EXPECT_NE(e.find("add 'z'"), std::string::npos) << e;
+}
+
+// GradOptions::recompute: a cheap activation the backward pass needs (silu's
+// output, read by V's gradient) is computed again from a value kept anyway
+// (its input h, read by silu's rule), so it is not a tap; the gradients are
+// those of the program that keeps it, exactly (the same ops on the same values).
+TEST(Autodiff, RecomputeRepeatsCheapTapsWithSameGradients) {
+  std::string body = stmt("tensor<fp32, [4, 6]>", "h", "matmul(x = x, y = W)") + stmt("tensor<fp32, [4, 6]>", "a", "silu(x = h)") +
+                     stmt("tensor<fp32, [4, 5]>", "y", "matmul(x = a, y = V)") + stmt("tensor<fp32, [4, 5]>", "y2", "mul(x = y, y = y)") +
+                     stmt("fp32", "loss", "reduce_sum(x = y2)");
+  Program p = parse_mil(program_text("tensor<fp32, [4, 3]> x, tensor<fp32, [3, 6]> W, tensor<fp32, [6, 5]> V", body, "loss"),
+                        "<recompute>", ".");
+  GradOptions keep, again;
+  keep.loss = again.loss = "loss";
+  keep.wrt = again.wrt = {"W", "V"};
+  again.recompute = true;
+  Program pk = differentiate(p, keep), pr = differentiate(p, again);
+  const Function* fr = pr.function("main_grad");
+  auto defines = [](const Function& f, const std::string& n) {
+    return std::any_of(f.ops.begin(), f.ops.end(), [&](const Op& op) { return op.outputs[0].name == n; });
+  };
+  EXPECT_TRUE(defines(*fr, "a_recomputed")) << print_mil(pr);
+  EXPECT_FALSE(defines(*pk.function("main_grad"), "a_recomputed"));
+  // No backward op reads the forward `a` any more: only y's matmul does.
+  int readers = 0;
+  for (const Op& op : fr->ops)
+    for (const Input& in : op.inputs) readers += in.arg.kind == Arg::Kind::Var && in.arg.var == "a";
+  EXPECT_EQ(readers, 1);
+  TensorMap in{{"x", random_tensor(DType::FP32, {4, 3}, 1)}, {"W", random_tensor(DType::FP32, {3, 6}, 2)},
+               {"V", random_tensor(DType::FP32, {6, 5}, 3)}};
+  TensorMap gk = run_reference(pk, "main_grad", in), gr = run_reference(pr, "main_grad", in);
+  for (const char* g : {"W_grad", "V_grad"}) EXPECT_TRUE(gk.at(g).same_bytes(gr.at(g))) << g;
+  // And the compiled plan of the recomputing program agrees with the reference.
+  CompileOptions co;
+  co.function = "main_grad";
+  TensorMap gc = compile(pr, co).run(in);
+  for (const char* g : {"W_grad", "V_grad"})
+    for (int64_t i = 0; i < gk.at(g).numel(); ++i)
+      EXPECT_NEAR(gc.at(g).at(size_t(i)), gk.at(g).at(size_t(i)), 1e-5 * (1 + std::fabs(gk.at(g).at(size_t(i))))) << g << i;
 }
 
 TEST(Autodiff, DifferentiableOpsListsTheRules) {

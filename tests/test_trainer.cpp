@@ -14,8 +14,10 @@
 
 #include "llm/checkpoint.h"
 #include "llm/data.h"
+#include "llm/llama_builder.h"
 #include "llm/sample.h"
 #include "llm/train_tasks.h"
+#include "milrt/autodiff.h"
 #include "milrt/error.h"
 #include "milrt/mil.h"
 #include "milrt/plan.h"
@@ -176,6 +178,36 @@ TEST(Trainer, Bf16TrainingLearnsLikeFp32) {
   EXPECT_NE(logs[1].rows[0].loss, logs[0].rows[0].loss) << "bf16 run identical to fp32: the option did nothing";
   EXPECT_LT(logs[1].rows.back().val_loss, logs[0].rows.back().val_loss * 1.1 + 0.05)
       << "bf16 " << logs[1].rows.back().val_loss << " vs fp32 " << logs[0].rows.back().val_loss;
+}
+
+// --recompute on the tiny Llama: the training step keeps fewer bytes in its
+// arena and computes the same gradients (within fp32 reassociation: fusion
+// may group the repeated ops differently).
+TEST(Trainer, RecomputeShrinksTheArenaWithSameGradients) {
+  // Activations, not the logits, dominate memory here (small vocabulary).
+  LlamaConfig cfg = tiny_llama_config();
+  cfg.layers = 3, cfg.hidden = 128, cfg.vocab = 16;
+  Program p = build_llama_loss(cfg, {4, 16});
+  GradOptions keep, again;
+  keep.loss = again.loss = "loss";
+  for (const WeightSpec& w : llama_weight_specs(cfg)) keep.wrt.push_back(w.name);
+  again.wrt = keep.wrt;
+  again.recompute = true;
+  CompileOptions co;
+  co.function = "main_grad";
+  Plan pk = compile(differentiate(p, keep), co), pr = compile(differentiate(p, again), co);
+  ::testing::Test::RecordProperty("arena_keep", std::to_string(pk.arena_bytes()));
+  ::testing::Test::RecordProperty("arena_recompute", std::to_string(pr.arena_bytes()));
+  EXPECT_LT(pr.arena_bytes(), pk.arena_bytes());
+  TensorMap in = init_llama_weights(cfg, 9).tensors;
+  Tensor tokens(DType::Int32, {4, 16}), targets(DType::Int32, {4, 16});
+  for (int64_t i = 0; i < 64; ++i) tokens.set(size_t(i), double((i * 7) % 16)), targets.set(size_t(i), double((i * 5) % 16));
+  in["tokens"] = tokens;
+  in["targets"] = targets;
+  TensorMap gk = pk.run(in), gr = pr.run(in);
+  for (auto& [name, g] : gk)
+    for (int64_t i = 0; i < g.numel(); ++i)
+      ASSERT_NEAR(gr.at(name).at(size_t(i)), g.at(size_t(i)), 1e-5 * (1 + std::fabs(g.at(size_t(i))))) << name << "[" << i << "]";
 }
 
 TEST(Trainer, BadInputFailsBeforeAnyWork) {

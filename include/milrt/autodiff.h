@@ -9,8 +9,9 @@
 // input's shape and dtype, then (optionally) the original's other outputs.
 // It is ordinary MIL: it prints, parses back and goes through the same pass
 // pipeline (fusion, memory planning) as any program. Forward values the
-// backward half needs are kept (the seed's "taps"); the pass pipeline's
-// memory plan decides where they live.
+// backward half needs are kept (the seed's "taps"), or recomputed where that
+// is cheaper (GradOptions::recompute); the pass pipeline's memory plan decides
+// where they live.
 #pragma once
 #include <string>
 #include <vector>
@@ -25,6 +26,12 @@ struct GradOptions {
   std::vector<std::string> wrt;      // inputs (parameters) to differentiate with respect to
   std::string out_function;          // name of the derived function; default `<function>_grad`
   bool keep_outputs = false;         // also return the original's other outputs after the gradients
+  // Recompute cheap elementwise forward values (activations, scalings, casts)
+  // in the backward half instead of keeping them from the forward pass, when
+  // everything they are computed from is kept anyway: the kept value's
+  // lifetime ends with the forward pass, so the memory plan reuses its bytes,
+  // for one more elementwise pass each.
+  bool recompute = false;
 };
 
 // Returns `p` with the derived function added (the original stays). Throws

@@ -105,6 +105,63 @@ Value filled(FunctionBuilder& b, const std::string& name, DType dt, const Shape&
   return cur;
 }
 
+// The ops recompute may repeat: one output, elementwise, cheap.
+bool recomputable(const Op& op) {
+  static const std::unordered_set<std::string> kCheap = {
+      "add", "sub", "mul", "real_div", "maximum", "minimum", "exp", "log", "sqrt", "rsqrt", "inverse", "square",
+      "abs", "tanh", "sigmoid", "relu", "silu", "gelu", "softplus", "erf", "sin", "cos", "clip", "cast",
+      "leaky_relu", "elu", "select"};
+  return op.outputs.size() == 1 && kCheap.count(op.type) > 0;
+}
+
+void rename_uses(Arg& a, const std::string& from, const std::string& to) {
+  if (a.kind == Arg::Kind::Var && a.var == from) a.var = to;
+  for (Arg& e : a.elems) rename_uses(e, from, to);
+}
+
+// GradOptions::recompute on a derived function whose first `n_forward` ops
+// are the forward pass: a cheap forward value the backward half reads is
+// computed again just before its first backward use, from inputs the
+// backward half keeps anyway (parameters, constants, other taps), and the
+// backward uses read the copy. Function outputs are left alone.
+void recompute_cheap_values(Function& f, size_t n_forward) {
+  std::unordered_set<std::string> params, consts, outputs(f.outputs.begin(), f.outputs.end());
+  for (const Param& p : f.params) params.insert(p.name);
+  std::unordered_map<std::string, size_t> first_backward_use;
+  for (size_t i = n_forward; i < f.ops.size(); ++i)
+    for (const std::string& v : vars_of(f.ops[i])) first_backward_use.emplace(v, i);
+  for (size_t i = 0; i < n_forward; ++i)
+    if (f.ops[i].type == "const") consts.insert(f.ops[i].outputs[0].name);
+  auto kept_anyway = [&](const std::string& v) { return params.count(v) || consts.count(v) || first_backward_use.count(v); };
+
+  std::vector<std::pair<size_t, Op>> inserts;  // (before index, op)
+  for (size_t i = 0; i < n_forward; ++i) {
+    const Op& op = f.ops[i];
+    if (!recomputable(op)) continue;
+    const std::string& name = op.outputs[0].name;
+    auto use = first_backward_use.find(name);
+    if (use == first_backward_use.end() || outputs.count(name)) continue;
+    std::vector<std::string> ins = vars_of(op);
+    if (!std::all_of(ins.begin(), ins.end(), [&](const std::string& v) { return v != name && kept_anyway(v); })) continue;
+    Op copy = op;
+    copy.outputs[0].name = name + "_recomputed";
+    copy.name = copy.outputs[0].name;
+    // The copy reads the forward values themselves (kept, by the test above).
+    inserts.emplace_back(use->second, std::move(copy));
+    for (size_t j = n_forward; j < f.ops.size(); ++j)
+      for (Input& in : f.ops[j].inputs) rename_uses(in.arg, name, name + "_recomputed");
+  }
+  // Insert in order of position (stable: forward order at equal positions).
+  std::stable_sort(inserts.begin(), inserts.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<Op> ops;
+  size_t k = 0;
+  for (size_t i = 0; i < f.ops.size(); ++i) {
+    while (k < inserts.size() && inserts[k].first == i) ops.push_back(std::move(inserts[k++].second));
+    ops.push_back(std::move(f.ops[i]));
+  }
+  f.ops = std::move(ops);
+}
+
 class Differentiator {
  public:
   Differentiator(const Function& fn, const GradOptions& o) : fn_(fn), o_(o), b_(fn) {}
@@ -142,6 +199,16 @@ class Differentiator {
     f.name = o_.out_function.empty() ? fn_.name + "_grad" : o_.out_function;
     f.outputs = outs;
     drop_dead_ops(f);
+    if (o_.recompute) {
+      std::unordered_set<std::string> forward;
+      for (const Op& op : fn_.ops)
+        for (const Output& out : op.outputs) forward.insert(out.name);
+      size_t n_forward = 0;
+      while (n_forward < f.ops.size() && !f.ops[n_forward].outputs.empty() &&
+             forward.count(f.ops[n_forward].outputs[0].name))
+        ++n_forward;
+      recompute_cheap_values(f, n_forward);
+    }
     return f;
   }
 

@@ -139,6 +139,7 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
   // Derived once: loss and every weight's gradient in one function.
   GradOptions go;
   go.loss = "loss";
+  go.recompute = opt.recompute;
   for (const WeightSpec& w : task.weights) go.wrt.push_back(w.name);
   Program derived = differentiate(task.program, go);
   CompileOptions step_options;

@@ -53,6 +53,7 @@ struct TrainOptions {
   bool resume = false;               // continue from out_dir's checkpoint + state
   int log_every = 10;                // plain log lines (a terminal gets a live line)
   bool quiet = false;
+  bool recompute = false;            // GradOptions::recompute: less memory, a little more arithmetic
   // bf16: matrix products with bf16 operands and fp32 accumulation (weights,
   // gradients, optimizer and everything else stay fp32: the master copy).
   CompileOptions::MatmulPrecision precision = CompileOptions::MatmulPrecision::fp32;

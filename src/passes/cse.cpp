@@ -14,7 +14,9 @@
 // otherwise becomes `identity` ops of the first op's outputs.
 //
 // Ops that are not functions of their inputs (random_* draws, state reads and
-// updates of iOS18) are never merged.
+// updates of iOS18) are never merged, nor are autodiff's recomputed copies
+// (outputs named `*_recomputed`, GradOptions::recompute): they repeat a forward
+// op on purpose, so that the forward value need not live until the backward pass.
 #include <algorithm>
 #include <set>
 #include <unordered_map>
@@ -24,8 +26,15 @@
 namespace milrt {
 namespace {
 
+bool recomputed_copy(const Op& op) {
+  static const std::string kSuffix = "_recomputed";
+  const std::string& n = op.outputs.empty() ? op.name : op.outputs[0].name;
+  return n.size() >= kSuffix.size() && n.compare(n.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
+}
+
 bool mergeable(const Op& op) {
-  return op.type.rfind("random_", 0) != 0 && op.type != "read_state" && op.type != "coreml_update_state";
+  return op.type.rfind("random_", 0) != 0 && op.type != "read_state" && op.type != "coreml_update_state" &&
+         !recomputed_copy(op);
 }
 
 uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) {
@@ -47,7 +56,13 @@ uint64_t literal_hash(const Literal& l) {
 std::string arg_key(const Arg& a) {
   switch (a.kind) {
     case Arg::Kind::Var: return "%" + a.var;
-    case Arg::Kind::Const: return "=" + a.lit->type.str() + "#" + std::to_string(literal_hash(*a.lit));
+    case Arg::Kind::Const: {
+      std::string s = "=";  // (appended piecewise: GCC 12 warns falsely on "=" + str + ...)
+      s += a.lit->type.str();
+      s += '#';
+      s += std::to_string(literal_hash(*a.lit));
+      return s;
+    }
     case Arg::Kind::Tuple: {
       std::string s = "(";
       for (const Arg& e : a.elems) s += arg_key(e) + ",";

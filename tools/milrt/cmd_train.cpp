@@ -28,7 +28,7 @@ struct Args {
   int64_t steps = -1, batch = -1, seq = 0, accum = 1, eval_every = -1, eval_batches = 4, save_every = 0;
   int threads = 0, samples = 2, checkpoint_version = 0, log_every = 10;
   uint64_t seed = 1;
-  bool resume = false, quiet = false, seed_given = false, lr_given = false, warmup_given = false;
+  bool resume = false, quiet = false, recompute = false, seed_given = false, lr_given = false, warmup_given = false;
   std::string precision = "fp32";
   llm::AdamWConfig adamw;
 };
@@ -56,6 +56,7 @@ llm::TrainOptions train_options(const Args& a) {
   t.resume = a.resume;
   t.log_every = a.log_every;
   t.quiet = a.quiet;
+  t.recompute = a.recompute;
   t.stop = &g_stop;
   // fp16 is the task's program (fp16 compute, loss scaling); its matrix
   // products are the plan's fp32 ones on fp16-rounded operands.
@@ -96,6 +97,7 @@ void run_llama(Args& a) {
   if (!a.emit_mil.empty()) {  // the loss program with its derived gradient function, for inspection
     GradOptions go;
     go.loss = "loss";
+    go.recompute = a.recompute;
     for (const llm::WeightSpec& w : task.weights) go.wrt.push_back(w.name);
     write_file_atomic(a.emit_mil, print_mil(differentiate(task.program, go)));
     std::printf("wrote %s (functions main and main_grad)\n", a.emit_mil.c_str());
@@ -168,6 +170,7 @@ void add_train(CLI::App& app) {
   cmd->add_option("--prompt", a.prompt, "what the samples start from (default \"The\")");
   cmd->add_option("--log-every", a.log_every, "log line every N steps when not on a terminal");
   cmd->add_flag("--quiet", a.quiet, "no progress output");
+  cmd->add_flag("--recompute", a.recompute, "recompute cheap activations in the backward pass instead of keeping them");
   cmd->add_option("--precision", a.precision,
                   "fp32; bf16 (matrix operands bf16, fp32 accumulation); or fp16 (fp16 activations and weight copies, "
                   "dynamic loss scaling); master weights always fp32")
