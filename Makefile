@@ -10,7 +10,7 @@ DEBS := cmake ninja-build g++ libgtest-dev libfmt-dev libcli11-dev nlohmann-json
 # The main job: train the default model on the embedded corpus (the license
 # texts under /usr/share/common-licenses), then print samples from it.
 run: build
-	OMP_WAIT_POLICY=passive $(BUILD)/milrt train --out $(BUILD)/train-default
+	OMP_WAIT_POLICY=passive $(BUILD)/milrt train --out $(BUILD)/train-default --overwrite
 
 # Build a quantized Core ML bundle with the IR builder, run it, compare with plain C++.
 example: build

@@ -267,6 +267,11 @@ TEST(TrainCli, TrainsResumesAndReportsErrors) {
   EXPECT_EQ(w.cfg.dim, 64);
   EXPECT_EQ(w.cfg.vocab, 259) << "a preset trained from scratch takes the byte tokenizer's vocabulary";
 
+  // A new run does not replace it without --overwrite.
+  r = run_cli({"train", "--config", "tiny", "--data", data, "--steps", "1", "--out", out});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--overwrite"), std::string::npos) << r.err;
+
   // The trained byte-level model generates without a tokenizer file.
   r = run_cli({"generate", "--checkpoint", (fs::path(out) / "checkpoint.bin").string(), "--prompt", "the", "--steps", "12",
                "--temperature", "0"});

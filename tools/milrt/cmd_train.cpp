@@ -28,7 +28,7 @@ struct Args {
   int64_t steps = -1, batch = -1, seq = 0, accum = 1, eval_every = -1, eval_batches = 4, save_every = 0;
   int threads = 0, samples = 2, checkpoint_version = 0, log_every = 10;
   uint64_t seed = 1;
-  bool resume = false, quiet = false, recompute = false, seed_given = false, lr_given = false, warmup_given = false;
+  bool resume = false, overwrite = false, quiet = false, recompute = false, seed_given = false, lr_given = false, warmup_given = false;
   std::string precision = "fp32";
   llm::AdamWConfig adamw;
 };
@@ -150,6 +150,7 @@ void add_train(CLI::App& app) {
   cmd->add_option("--out", a.out, "run directory: checkpoint.bin, train_state.bin, losses.csv, loss.svg, report.txt");
   cmd->add_option("--init", a.init, "start from this llama2.c checkpoint (fine-tuning)");
   cmd->add_flag("--resume", a.resume, "continue the run in --out exactly where it stopped");
+  cmd->add_flag("--overwrite", a.overwrite, "start a new run in an --out that holds one");
   cmd->add_option("--steps", a.steps, "optimizer steps");
   cmd->add_option("--batch", a.batch, "sequences per micro-step")->check(CLI::Range(1, 4096));
   cmd->add_option("--seq", a.seq, "tokens per sequence (default: the model's seq_len)")->check(CLI::Range(1, 1 << 20));
@@ -185,6 +186,9 @@ void add_train(CLI::App& app) {
     apply_defaults(a, seed_layer);
     if (a.resume && a.out.empty()) throw Error("train: --resume needs --out DIR (the run to continue)");
     if (a.resume && !a.init.empty()) throw Error("train: --resume and --init exclude each other");
+    // A new run never replaces an earlier run's checkpoint unless asked to.
+    if (!a.resume && !a.overwrite && !a.out.empty() && std::filesystem::exists(std::filesystem::path(a.out) / "checkpoint.bin"))
+      throw Error("train: " + a.out + " already holds a run (checkpoint.bin): continue it with --resume, or replace it with --overwrite");
     std::signal(SIGINT, on_sigint);
     if (seed_layer) run_seed_layer(a);
     else run_llama(a);
