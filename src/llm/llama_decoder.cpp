@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 
+#include "llm/quantize.h"
 #include "llm/transformer_block.h"
 #include "milrt/builder.h"
 #include "milrt/error.h"
@@ -30,8 +31,10 @@ Tensor ints(const std::vector<int64_t>& v) {
 
 class DecoderBuilder {
  public:
-  DecoderBuilder(FunctionBuilder& f, const LlamaConfig& c, int64_t T)
-      : f_(f), c_(c), T_(T), hd_(c.head_dim()), group_(c.heads / c.kv_heads),
+  // `weights` null: the weights are fp32 inputs; else consts stored as opt says.
+  DecoderBuilder(FunctionBuilder& f, const LlamaConfig& c, int64_t T, const LlamaWeights* weights = nullptr,
+                 DecoderOptions opt = {})
+      : f_(f), c_(c), T_(T), weights_(weights), opt_(opt), hd_(c.head_dim()), group_(c.heads / c.kv_heads),
         tb_(f, BlockShape{c.dim, c.hidden, c.heads, c.kv_heads, T, c.norm_eps, true, c.rope_theta}) {}
 
   Value build();
@@ -46,10 +49,15 @@ class DecoderBuilder {
   Value mask();
   Value attention(const std::string& p, const Value& q, const Value& k, const Value& v);
   Value cache_write(const std::string& name, const Value& x);
+  void define_weights();
+  Value matrix_const(const std::string& name, const Tensor& w);
 
   FunctionBuilder& f_;
   const LlamaConfig& c_;
-  int64_t T_, hd_, group_;
+  int64_t T_;
+  const LlamaWeights* weights_;
+  DecoderOptions opt_;
+  int64_t hd_, group_;
   TransformerBuilder tb_;
   std::map<std::string, Value> w_;
   Value pos_, qpos_;
@@ -160,10 +168,45 @@ Value DecoderBuilder::attention(const std::string& p, const Value& q, const Valu
   return f_.op("reshape", p + "att_out", {{"x", ct}, {"shape", lit_i32s({1, T_, c_.dim})}});
 }
 
+// A weight matrix [out, in] as a const in the chosen storage; int8 is the
+// block-quantized data and scales expanded by constexpr_blockwise_shift_scale,
+// which the compiler keeps compressed for the matmul that reads it.
+Value DecoderBuilder::matrix_const(const std::string& name, const Tensor& w) {
+  switch (opt_.weights) {
+    case WeightStorage::fp32: return f_.constant(name, w);
+    case WeightStorage::fp16: return f_.constant(name, w.cast(DType::FP16));
+    case WeightStorage::bf16: return f_.constant(name, w.cast(DType::BF16));
+    case WeightStorage::int8: {
+      const BlockQuantized q = quantize_int8_blockwise(w, opt_.block);
+      return f_.op("constexpr_blockwise_shift_scale", name,
+                   {{"data", f_.constant(name + "_q8", q.data)}, {"scale", f_.constant(name + "_scale", q.scale)}});
+    }
+    case WeightStorage::inputs: break;
+  }
+  throw Error("llama decoder: internal: no const storage");
+}
+
+void DecoderBuilder::define_weights() {
+  if (!weights_) {
+    for (const WeightSpec& s : llama_weight_specs(c_)) w_[s.name] = f_.input(s.name, Type::tensor(DType::FP32, s.shape));
+    return;
+  }
+  for (const WeightSpec& s : llama_weight_specs(c_)) {
+    const Tensor& t = weights_->tensors.at(s.name);
+    const bool matrix = s.name != "tok_embeddings" && s.shape.size() == 2;
+    w_[s.name] = matrix ? matrix_const(s.name, t) : f_.constant(s.name, t);
+  }
+  // The embedding table stays fp32 for the gather; a shared classifier gets
+  // its own copy in the matrices' storage (the same const when that is fp32).
+  if (c_.shared_classifier)
+    w_["wcls"] = opt_.weights == WeightStorage::fp32 ? w_.at("tok_embeddings")
+                                                    : matrix_const("wcls", weights_->tensors.at("tok_embeddings"));
+}
+
 Value DecoderBuilder::build() {
   Value tokens = f_.input("tokens", Type::tensor(DType::Int32, {1, T_}));
   pos_ = f_.input("pos", Type::tensor(DType::Int32, {1}));
-  for (const WeightSpec& s : llama_weight_specs(c_)) w_[s.name] = f_.input(s.name, Type::tensor(DType::FP32, s.shape));
+  define_weights();
   Type cache;
   cache.kind = Type::Kind::State;
   cache.elems = {Type::tensor(DType::FP32, {1, c_.kv_heads, c_.seq, hd_})};
@@ -190,7 +233,7 @@ Value DecoderBuilder::build() {
     x = f_.op("slice_by_index", "x_last", {{"x", x}, {"begin", lit_i32s({0, T_ - 1, 0})}, {"end", lit_i32s({1, T_, c_.dim})}});
   Value row = f_.op("reshape", "x_row", {{"x", x}, {"shape", lit_i32s({1, c_.dim})}});
   Value xf = tb_.rmsnorm("final_norm", row, w_.at("rms_final"));
-  return tb_.linear("logits", xf, w_.at(c_.shared_classifier ? "tok_embeddings" : "wcls"));
+  return tb_.linear("logits", xf, w_.at(c_.shared_classifier && !weights_ ? "tok_embeddings" : "wcls"));
 }
 
 }  // namespace
@@ -204,15 +247,48 @@ std::vector<std::string> llama_cache_names(const LlamaConfig& cfg) {
   return r;
 }
 
-Program build_llama_decoder(const LlamaConfig& cfg, int64_t tokens) {
+namespace {
+
+Program build(const LlamaConfig& cfg, int64_t tokens, const LlamaWeights* w, const DecoderOptions& opt) {
   cfg.validate();
   if (tokens <= 0 || tokens > cfg.seq)
     throw Error("llama decoder: tokens per run must be in 1.." + std::to_string(cfg.seq) +
                 " (the model's context), got " + std::to_string(tokens));
+  if (w && opt.weights == WeightStorage::int8 &&
+      (opt.block <= 0 || cfg.dim % opt.block != 0 || cfg.hidden % opt.block != 0))
+    throw Error("llama decoder: the int8 block size " + std::to_string(opt.block) + " must divide dim " +
+                std::to_string(cfg.dim) + " and hidden_dim " + std::to_string(cfg.hidden));
   FunctionBuilder f("main");
-  DecoderBuilder b(f, cfg, tokens);
+  DecoderBuilder b(f, cfg, tokens, w, opt);
   f.output(b.build());
   return make_program({f.build()});
+}
+
+}  // namespace
+
+Program build_llama_decoder(const LlamaConfig& cfg, int64_t tokens) { return build(cfg, tokens, nullptr, {}); }
+
+Program build_llama_decoder(const LlamaWeights& w, int64_t tokens, const DecoderOptions& opt) {
+  if (opt.weights == WeightStorage::inputs) return build_llama_decoder(w.cfg, tokens);
+  check_llama_weights(w);
+  return build(w.cfg, tokens, &w, opt);
+}
+
+WeightStorage parse_weight_storage(const std::string& s) {
+  for (WeightStorage w : {WeightStorage::fp32, WeightStorage::fp16, WeightStorage::bf16, WeightStorage::int8})
+    if (s == weight_storage_name(w)) return w;
+  throw Error("unknown weight storage '" + s + "' (fp32, fp16, bf16, int8)");
+}
+
+const char* weight_storage_name(WeightStorage s) {
+  switch (s) {
+    case WeightStorage::inputs: return "inputs";
+    case WeightStorage::fp32: return "fp32";
+    case WeightStorage::fp16: return "fp16";
+    case WeightStorage::bf16: return "bf16";
+    case WeightStorage::int8: return "int8";
+  }
+  return "?";
 }
 
 }  // namespace milrt::llm

@@ -6,8 +6,10 @@
 //
 // Program (function "main", opset ios18):
 //   inputs  "tokens" int32 [1, T], "pos" int32 [1] (position of tokens[0]),
-//           every weight of llama_weight_specs(cfg) as fp32 (plan inputs, so
-//           a plan binds the checkpoint's memory without copies);
+//           and, with WeightStorage::inputs, every weight of
+//           llama_weight_specs(cfg) as fp32 (plan inputs, so a plan binds the
+//           checkpoint's memory without copies); the other storages make the
+//           weights consts of the program (see WeightStorage);
 //   states  "l{i}_kcache", "l{i}_vcache" fp32 [1, kv_heads, seq, head_dim]:
 //           head-major, so attention reads each head's keys as one contiguous
 //           [seq, head_dim] matrix (no transpose of the cache per token);
@@ -25,13 +27,42 @@
 #include <string>
 #include <vector>
 
+#include "llm/checkpoint.h"
 #include "llm/llama_config.h"
 #include "milrt/ir.h"
 
 namespace milrt::llm {
 
+// How the program holds the weights of its matrix products (wq, wk, wv, wo,
+// w1, w2, w3 and the classifier). The RMSNorm gains and the embedding table
+// read by the token gather stay fp32 consts in every const storage: they are
+// small or read one row per token, so compressing them saves no bandwidth.
+enum class WeightStorage {
+  inputs,  // fp32 plan inputs (the generator binds the checkpoint in place)
+  fp32,    // fp32 consts: a self-contained program
+  fp16,    // fp16 consts read by fp32 matmuls, as iOS17 allows (Core ML's usual form)
+  bf16,    // bf16 consts read the same way: a milrt extension, Core ML has no bf16
+  int8,    // int8 + one fp32 scale per block of a row: constexpr_blockwise_shift_scale
+};
+
+struct DecoderOptions {
+  WeightStorage weights = WeightStorage::inputs;
+  // int8: consecutive elements of a weight row sharing one scale; must divide
+  // dim and hidden.
+  int64_t block = 32;
+};
+
+// "fp32", "fp16", "bf16", "int8" (the const storages; "inputs" is internal).
+// Throws Error naming the choices for anything else.
+WeightStorage parse_weight_storage(const std::string& s);
+const char* weight_storage_name(WeightStorage s);
+
 // Throws Error for a config that fails cfg.validate() or T outside 1..cfg.seq.
 Program build_llama_decoder(const LlamaConfig& cfg, int64_t tokens);
+// The same program with `w`'s weights as consts in opt.weights' storage
+// (WeightStorage::inputs gives the program above). Throws Error for weights
+// that fail check_llama_weights or a block that does not divide a row.
+Program build_llama_decoder(const LlamaWeights& w, int64_t tokens, const DecoderOptions& opt);
 
 // The state names, "l0_kcache", "l0_vcache", "l1_kcache", ...
 std::vector<std::string> llama_cache_names(const LlamaConfig& cfg);

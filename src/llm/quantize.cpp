@@ -1,0 +1,35 @@
+#include "llm/quantize.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "milrt/error.h"
+
+namespace milrt::llm {
+
+BlockQuantized quantize_int8_blockwise(const Tensor& w, int64_t block) {
+  if (w.dtype() != DType::FP32 || w.rank() != 2)
+    throw Error("int8 quantization: expected an fp32 matrix, got " + std::string(dtype_name(w.dtype())) + " " +
+                shape_str(w.shape()));
+  const int64_t n = w.shape()[0], k = w.shape()[1];
+  if (block <= 0 || k % block != 0)
+    throw Error("int8 quantization: the block size " + std::to_string(block) + " does not divide the row length " +
+                std::to_string(k));
+  const int64_t nb = k / block;
+  BlockQuantized r{Tensor(DType::Int8, {n, k}), Tensor(DType::FP32, {n, nb})};
+  const float* src = w.ptr<float>();
+  int8_t* q = r.data.mutable_ptr<int8_t>();
+  float* s = r.scale.mutable_ptr<float>();
+  for (int64_t b = 0; b < n * nb; ++b) {
+    const float* x = src + b * block;
+    float amax = 0;
+    for (int64_t i = 0; i < block; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float scale = amax / 127.0f;
+    s[b] = scale;
+    for (int64_t i = 0; i < block; ++i)
+      q[b * block + i] = scale == 0 ? 0 : int8_t(std::clamp(std::nearbyint(x[i] / scale), -127.0f, 127.0f));
+  }
+  return r;
+}
+
+}  // namespace milrt::llm
