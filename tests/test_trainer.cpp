@@ -4,12 +4,14 @@
 // holds its files, bad input fails before any work, and `milrt train` works.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <sstream>
 
 #include "llm/checkpoint.h"
@@ -251,6 +253,37 @@ TEST(Trainer, PickTokenGreedyAndNucleus) {
   EXPECT_EQ(pick_token(logits, 4, 1.0, 1.0, (e[1] + 0.5 * e[2]) / sum), 2);
   EXPECT_EQ(pick_token(logits, 4, 1.0, 1.0, (e[1] + e[2] + 0.5 * e[0]) / sum), 0);
   EXPECT_EQ(pick_token(logits, 4, 1.0, 1.0, 0.999999), 3);
+}
+
+// The nucleus from a full sort (no cutoff), written here as the reference for
+// pick_token's pruned one: same tokens for every coin on a large vocabulary.
+TEST(Trainer, PickTokenNucleusEqualsAFullSort) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  std::vector<float> logits(5000);
+  for (float& l : logits) l = nd(rng);
+  for (double top_p : {0.5, 0.9, 0.99, 1.0})
+    for (double temperature : {0.7, 1.0}) {
+      std::vector<std::pair<double, int>> p;
+      const float mx = *std::max_element(logits.begin(), logits.end());
+      double sum = 0;
+      for (size_t i = 0; i < logits.size(); ++i) {
+        p.push_back({std::exp((double(logits[i]) - mx) / temperature), int(i)});
+        sum += p.back().first;
+      }
+      std::stable_sort(p.begin(), p.end(), [](auto& a, auto& b) { return a.first > b.first; });
+      double mass = 0;
+      size_t keep = 0;
+      while (keep < p.size() && (keep == 0 || mass < top_p * sum)) mass += p[keep++].first;
+      for (double coin : {0.0, 0.1, 0.37, 0.5, 0.83, 0.999}) {
+        double r = coin * mass;
+        int expect = p[keep - 1].second;
+        for (size_t i = 0; i < keep; ++i)
+          if ((r -= p[i].first) < 0) { expect = p[i].second; break; }
+        EXPECT_EQ(pick_token(logits.data(), int64_t(logits.size()), temperature, top_p, coin), expect)
+            << "top_p " << top_p << " temperature " << temperature << " coin " << coin;
+      }
+    }
 }
 
 TEST(TrainCli, TrainsResumesAndReportsErrors) {

@@ -14,11 +14,19 @@ namespace milrt::llm {
 int32_t pick_token(const float* logits, int64_t n, double temperature, double top_p, double coin) {
   if (temperature <= 0) return int32_t(std::max_element(logits, logits + n) - logits);
   const float mx = *std::max_element(logits, logits + n);
-  std::vector<double> p(static_cast<size_t>(n));
+  // Per-thread scratch: grown once, so sampling allocates nothing per token.
+  thread_local std::vector<double> p;
+  thread_local std::vector<int32_t> order;
+  p.resize(size_t(n));
   double sum = 0;
   for (int64_t i = 0; i < n; ++i) sum += p[size_t(i)] = std::exp((double(logits[i]) - mx) / temperature);
-  std::vector<int32_t> order(static_cast<size_t>(n));
-  std::iota(order.begin(), order.end(), 0);
+  // As run.c: a token below (1 - top_p)/(n - 1) of the mass cannot be in the
+  // nucleus (all such tokens together hold less than 1 - top_p, and each is
+  // less probable than every token kept), so only the others are sorted.
+  const double cutoff = n > 1 ? (1.0 - std::min(top_p, 1.0)) * sum / double(n - 1) : 0.0;
+  order.clear();
+  for (int64_t i = 0; i < n; ++i)
+    if (p[size_t(i)] >= cutoff) order.push_back(int32_t(i));
   std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[size_t(a)] > p[size_t(b)]; });
   // The nucleus: the most probable tokens until their mass reaches top_p.
   double mass = 0;

@@ -11,15 +11,13 @@
 
 namespace milrt::llm {
 
-void write_text_atomic(const std::string& path, const std::string& text) { write_file_atomic(path, text.data(), text.size()); }
-
 void write_loss_csv(const std::string& path, const TrainLog& log) {
   std::string s = "step,loss,val_loss,lr,grad_norm,ms\n";
   for (const TrainLog::Row& r : log.rows) {
     s += fmt::format("{},{:.6f},{},{:.6e},{:.6f},{:.3f}\n", r.step, r.loss,
                      std::isnan(r.val_loss) ? std::string() : fmt::format("{:.6f}", r.val_loss), r.lr, r.grad_norm, r.ms);
   }
-  write_text_atomic(path, s);
+  write_file_atomic(path, s.data(), s.size());
 }
 
 std::vector<TrainLog::Row> read_loss_csv(const std::string& path, int64_t up_to_step) {
@@ -83,7 +81,7 @@ void write_loss_svg(const std::string& path, const TrainLog& log, const std::str
   s += fmt::format("<text x=\"{0}\" y=\"{1}\" fill=\"#1f77b4\" text-anchor=\"end\">train</text>"
                    "<text x=\"{0}\" y=\"{2}\" fill=\"#d62728\" text-anchor=\"end\">validation</text>\n</svg>\n",
                    W - R, T + 4, T + 20);
-  write_text_atomic(path, s);
+  write_file_atomic(path, s.data(), s.size());
 }
 
 std::string efficiency_report(const TrainTask& task, const TrainOptions& opt, const TrainLog& log) {

@@ -16,6 +16,5 @@ void write_loss_csv(const std::string& path, const TrainLog& log);
 std::vector<TrainLog::Row> read_loss_csv(const std::string& path, int64_t up_to_step);
 // Training loss (line) and validation loss (points) against the step.
 void write_loss_svg(const std::string& path, const TrainLog& log, const std::string& title);
-void write_text_atomic(const std::string& path, const std::string& text);
 
 }  // namespace milrt::llm

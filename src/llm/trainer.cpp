@@ -14,6 +14,7 @@
 #include "kernels/threads.h"
 #include "llm/checkpoint.h"
 #include "llm/train_report.h"
+#include "util/atomic_file.h"
 #include "milrt/autodiff.h"
 #include "milrt/error.h"
 #include "milrt/plan.h"
@@ -306,7 +307,10 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
   log.ms_optimizer = median(t_opt);
   log.ms_data = median(t_data);
   log.peak_gflops = kernels::measure_peak_gflops(kernels::PeakKind::fp32_fma, log.threads);
-  if (!opt.out_dir.empty()) write_text_atomic((fs::path(opt.out_dir) / "report.txt").string(), efficiency_report(task, opt, log));
+  if (!opt.out_dir.empty()) {
+    const std::string report = efficiency_report(task, opt, log);
+    write_file_atomic((fs::path(opt.out_dir) / "report.txt").string(), report.data(), report.size());
+  }
   return log;
 }
 
