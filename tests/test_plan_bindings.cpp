@@ -4,8 +4,11 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <random>
+
+#include <sys/mman.h>
 
 #include "milrt/mil.h"
 #include "milrt/plan.h"
@@ -150,6 +153,50 @@ TEST(PlanBindings, MismatchesAreClearErrors) {
   EXPECT_NE(message([&] { plan.run(); }).find("'w' is not"), std::string::npos);
   plan.unbind("x");
   EXPECT_NE(message([&] { plan.run(); }).find("is not"), std::string::npos);
+}
+
+// Memory the process cannot write: a page made read-only after filling it.
+class ReadOnlyPage final : public Buffer {
+ public:
+  explicit ReadOnlyPage(const std::vector<float>& v) {
+    p_ = static_cast<uint8_t*>(mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    std::memcpy(p_, v.data(), v.size() * sizeof(float));
+    mprotect(p_, kBytes, PROT_READ);
+  }
+  ~ReadOnlyPage() override { munmap(p_, kBytes); }
+  const uint8_t* data() const override { return p_; }
+  uint8_t* mutable_data() override { return nullptr; }
+  size_t size() const override { return kBytes; }
+ private:
+  static constexpr size_t kBytes = 4096;
+  uint8_t* p_;
+};
+
+// An input dying at an elementwise op could lend its slot to the op's output
+// if it lived in the arena: bound inputs never do, so read-only memory works
+// (a write would fault).
+TEST(PlanBindings, ReadOnlyInputsAreNeverWritten) {
+  Program p = parse(test::program_text("tensor<fp32, [4, 8]> x",
+                                       "tensor<fp32, [4, 8]> e = exp(x = x)[name = string(\"e\")];\n"
+                                       "tensor<fp32, [4, 8]> y = mul(x = e, y = fp32(2))[name = string(\"y\")];",
+                                       "y"));
+  Plan plan = compile(p);
+  std::vector<float> v(32);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 0.1f * float(i) - 1.0f;
+  Tensor x(DType::FP32, {4, 8}, std::make_shared<ReadOnlyPage>(v), 0);
+  EXPECT_THROW(x.mutable_data(), Error);
+  std::vector<float> y(32);
+  plan.bind_input("x", x);
+  plan.bind("y", y.data());
+  plan.run();
+  for (size_t i = 0; i < v.size(); ++i) EXPECT_FLOAT_EQ(y[i], 2.0f * std::exp(v[i])) << i;
+  std::string msg;
+  try {
+    plan.bind_input("y", x);
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find("no input"), std::string::npos) << msg;
 }
 
 TEST(PlanBindings, OutputsThatAreNotComputedByTheirOwnOpAreCopied) {

@@ -110,6 +110,9 @@ class Plan {
   void unbind(const std::string& name);
   // Binds a tensor's own (mutable) memory; its dtype and shape must match.
   void bind(const std::string& name, Tensor& t);
+  // Binds an input to read-only memory (a memory-mapped or shared weight): a
+  // plan never writes its inputs. An output name is an error.
+  void bind_input(const std::string& name, const Tensor& t);
   // Runs on the bound memory; every input must be bound.
   void run();
   // How a value of declared dtype `d` is stored (what bind() expects).

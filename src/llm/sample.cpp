@@ -48,11 +48,7 @@ std::string sample_text(const LlamaConfig& cfg, const TensorMap& weights, const 
   Tensor tokens(DType::Int32, {1, cfg.seq}), logits(DType::FP32, {1, cfg.seq, cfg.vocab});
   plan.bind("tokens", tokens);
   plan.bind("logits", logits);
-  TensorMap w = weights;  // bind needs mutable tensors; the plan only reads them
-  for (auto& [name, t] : w) {
-    t = t.clone();
-    plan.bind(name, t);
-  }
+  for (const auto& [name, t] : weights) plan.bind_input(name, t);
   uint64_t rng = o.seed * 0x9e3779b97f4a7c15ull + 1;
   auto coin = [&] {  // splitmix64 -> [0, 1)
     uint64_t z = (rng += 0x9e3779b97f4a7c15ull);

@@ -797,6 +797,17 @@ void Plan::bind(const std::string& name, Tensor& t) {
   bind(name, data, t.dtype());
 }
 
+void Plan::bind_input(const std::string& name, const Tensor& t) {
+  const Port* port = nullptr;
+  for (auto& p : impl_->inputs) if (p.name == name) port = &p;
+  if (!port) throw Error("error: cannot bind '" + name + "' read-only: the plan has no input of that name");
+  if (t.shape() != port->shape)
+    throw Error("error: cannot bind '" + name + "': tensor of shape " + shape_str(t.shape()) + " for a port of shape " +
+                shape_str(port->shape));
+  alignas(64) static const uint8_t nothing[64] = {};
+  bind(name, const_cast<void*>(t.nbytes() ? t.data() : nothing), t.dtype());
+}
+
 void Plan::unbind(const std::string& name) { bind(name, nullptr, DType::FP32); }
 
 void Plan::run() {
