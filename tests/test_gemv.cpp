@@ -13,24 +13,16 @@
 #include "kernels/gemm.h"
 #include "kernels/gemv.h"
 #include "kernels/threads.h"
+#include "support/activation_fp64.h"
 
 namespace milrt::kernels {
 namespace {
 
+using test::act64;
+
 struct Case {
   int64_t N, K;
 };
-
-double act64(Activation a, double x) {
-  switch (a) {
-    case Activation::none: return x;
-    case Activation::relu: return x > 0 ? x : 0;
-    case Activation::sigmoid: return 1 / (1 + std::exp(-x));
-    case Activation::silu: return x / (1 + std::exp(-x));
-    case Activation::gelu_tanh: return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
-  }
-  return x;
-}
 
 TEST(Gemv, MatchesFp64OnEveryIsaWithEpilogues) {
   std::mt19937 rng(3);

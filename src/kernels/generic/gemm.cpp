@@ -44,12 +44,6 @@ float activate(Activation act, float x) {
   return x;
 }
 
-namespace {
-
-// ---- the portable micro-kernel -------------------------------------------
-
-constexpr int kGenericMr = 6, kGenericNr = 8;
-
 float load_elem(const void* p, ElemType t, int64_t i) {
   switch (t) {
     case ElemType::f32: return static_cast<const float*>(p)[i];
@@ -58,6 +52,12 @@ float load_elem(const void* p, ElemType t, int64_t i) {
   }
   return 0;
 }
+
+namespace {
+
+// ---- the portable micro-kernel -------------------------------------------
+
+constexpr int kGenericMr = 6, kGenericNr = 8;
 
 void store_elem(void* p, ElemType t, int64_t i, float v) {
   switch (t) {

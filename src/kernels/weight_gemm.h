@@ -1,0 +1,65 @@
+// Products with a weight matrix kept in its compact storage (fp16, bf16 or
+// block-quantized int8), widened only as far as each step needs: token-by-token
+// decoding is bound by how many weight bytes are read, so a weight stored in
+// 1 or 2 bytes per element must not be converted to 4 first.
+//
+//   WeightRef w{WeightFormat::q8, q.data(), N, K, K, scales.data(), 32};
+//   weight_gemm(1, x, K, w, y, N, Epilogue{.residual = y, .residual_ld = N});   // y += x·Wᵀ
+//
+// Two paths, chosen by M (the rows of A):
+//  - streaming (M <= a few rows, decode): every weight row is read once and
+//    dotted with all M rows of A; rows of W are split over num_threads()
+//    OpenMP threads in blocks of 64. Each output is summed in one fixed order,
+//    so the bits do not depend on the thread count.
+//  - panels (larger M, prefill): a panel of W rows (sized to stay in L2) is
+//    widened into a per-thread fp32 buffer that only grows, and multiplied by
+//    kernels::gemm; panels are spread over threads (or, when there are fewer
+//    panels than threads, gemm spreads each one). gemm's bits do not depend on
+//    the thread count or the N split, so neither do these.
+// Called from inside a parallel region, weight_gemm runs serially.
+//
+// Paths (isa): avx512 and amx run the AVX-512 streaming rows (vcvtph2ps for
+// fp16, a 16-bit shift for bf16, vpmovsxbd + vcvtdq2ps for q8 with
+// block % 16 == 0); generic and avx2 run portable C++ (as does q8 with a block
+// that is not a multiple of 16). Paths sum in different orders, so they agree
+// to within the rounding of a K-term fp32 sum, not bit for bit. Up to 4 rows
+// stream: measured on Zen 5 (bench_weight_gemm), 2-4 streamed rows cost
+// 1-2x one row, while the panel path at 5-8 rows costs 5-8x.
+#pragma once
+#include <cstdint>
+
+#include "kernels/cpu_features.h"
+#include "kernels/gemm.h"
+
+namespace milrt::kernels {
+
+// How a weight matrix W [N, K] (B = Wᵀ: the layout of linear's weight and llama2.c's matrices) is stored.
+//  f32: float; f16: IEEE half bits (uint16_t); bf16: bfloat16 bits (uint16_t);
+//  q8: int8 with one fp32 scale per block of a row (symmetric, no offset).
+enum class WeightFormat : uint8_t { f32, f16, bf16, q8 };
+const char* weight_format_name(WeightFormat f);  // "f32", "f16", "bf16", "q8"
+
+struct WeightRef {
+  WeightFormat format = WeightFormat::f32;
+  const void* data = nullptr;     // row-major [n, ld]
+  int64_t n = 0, k = 0, ld = 0;   // ld >= k: elements between rows
+  const float* scales = nullptr;  // q8 only: [n, k / block] fp32, row-major
+  int64_t block = 0;              // q8 only: elements of a row sharing one scale; divides k
+};
+
+// C[M,N] = epilogue(alpha · A[M,K] · Wᵀ) with W's values as stored (f16/bf16 widened exactly; q8 element
+// (j, i) = scales[j·(k/block) + i/block] · q[j·ld + i]); fp32 math: products of fp32 A and the widened weights,
+// accumulated in fp32; for q8 each block's dot product Σ a·q is scaled once (mathematically the same value).
+// The result does not depend on the thread count. Never converts the whole W: small M streams W's rows once
+// (decode: memory bound), larger M widens panels of rows into a thread-local fp32 buffer and runs the fp32 GEMM.
+//
+// A is fp32 row-major [M, lda >= k]; C is fp32 row-major [M, ldc >= n]. The
+// epilogue is gemm.h's: C = residual + act(alpha·A·Wᵀ + bias); the residual
+// may be C itself (C += ...). M = 0 or n = 0 does nothing; k = 0 gives
+// epilogue(0). Throws milrt::Error for negative sizes, ld < k, ldc < n, null
+// pointers where elements exist, a q8 block that is not positive or does not
+// divide k, q8 without scales, or a path this CPU cannot run.
+void weight_gemm(int64_t M, const float* a, int64_t lda, const WeightRef& w, float* c, int64_t ldc,
+                 const Epilogue& ep = {}, Isa isa = current_isa());
+
+}  // namespace milrt::kernels
