@@ -26,11 +26,6 @@ Program canonicalized(const Program& p) {
   return q;
 }
 
-Tensor random(DType dt, Shape s, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  return random_tensor(dt, std::move(s), rng, -1, 1);
-}
-
 std::vector<int64_t> ints_of(const Tensor* t) {
   std::vector<int64_t> r;
   if (t)

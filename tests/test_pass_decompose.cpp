@@ -49,11 +49,6 @@ Program decomposed(const Program& p) {
   return q;
 }
 
-Tensor random(DType dt, Shape s, uint64_t seed, double lo = -1, double hi = 1) {
-  std::mt19937_64 rng(seed);
-  return random_tensor(dt, std::move(s), rng, lo, hi);
-}
-
 std::string dt_name(DType dt) { return std::string(dtype_name(dt)); }
 std::string tensor_type(DType dt, const std::string& dims) { return "tensor<" + dt_name(dt) + ", [" + dims + "]>"; }
 

@@ -28,11 +28,6 @@ Program fused(const Program& p) {
   return q;
 }
 
-Tensor random(DType dt, Shape s, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  return random_tensor(dt, std::move(s), rng, -1, 1);
-}
-
 std::string str_input(const Program& p, const Op& op, const std::string& key) {
   const Tensor* t = const_input(p, op, key);
   return t && t->dtype() == DType::String ? t->strings().at(0) : "";

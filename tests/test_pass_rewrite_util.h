@@ -86,6 +86,12 @@ inline Tensor random_tensor(DType dtype, Shape shape, std::mt19937_64& rng, doub
   return t;
 }
 
+// The same from a seed of its own: tests name each tensor's values by seed.
+inline Tensor random(DType dtype, Shape shape, uint64_t seed, double lo = -1, double hi = 1) {
+  std::mt19937_64 rng(seed);
+  return random_tensor(dtype, std::move(shape), rng, lo, hi);
+}
+
 // `t` as a MIL tensor literal, values as C hex floats (exact).
 inline std::string literal(const Tensor& t) {
   std::string text = "tensor<" + std::string(dtype_name(t.dtype())) + ", " + shape_str(t.shape()) + ">(";

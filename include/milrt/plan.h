@@ -44,9 +44,10 @@ namespace milrt {
 struct CompileOptions {
   std::string function = "main";
   // Pass pipeline run before lowering (names as in `milrt opt --list`).
-  std::vector<std::string> passes = {"legalize-layout-idioms", "fold-constexpr", "canonicalize", "decompose",
-                                     "sink-reshapes", "cse", "dce", "fuse-attention", "fuse-norms", "fuse-gemm-epilogue",
-                                     "fuse-conv-epilogue", "fuse-elementwise", "dce", "schedule"};
+  std::vector<std::string> passes = {"legalize-layout-idioms", "fuse-quantized-weights", "fold-constexpr",
+                                     "canonicalize", "decompose", "sink-reshapes", "cse", "dce", "fuse-attention",
+                                     "fuse-norms", "fuse-gemm-epilogue", "fuse-conv-epilogue", "fuse-elementwise",
+                                     "dce", "schedule"};
   // Shapes for inputs with '?' dims (flexible-shape models): a plan is for static shapes.
   std::map<std::string, Shape> input_shapes;
   // In-place accumulation (training steps, KV caches): {output name -> input

@@ -10,6 +10,9 @@
 //       of it                                                     -> activation
 //   z = add(z, r) | add(r, z)             r of z's type           -> residual
 //
+// The chain may also start at a milrt_gemm on int8 weights that
+// fuse-quantized-weights made (y_scale set, no epilogue yet): it keeps y_scale.
+//
 // in that order, each step optional. Legality: every absorbed value has
 // exactly one consumer (the next op of the chain; for mul(z, sigmoid(z)) the
 // sigmoid and the mul) and is not a function output, and every op keeps z's
@@ -62,7 +65,9 @@ class Matcher {
 
   std::optional<Fusion> match(size_t i) const {
     const Op& mm = f_.ops[i];
-    if (mm.type != "matmul" || mm.outputs.size() != 1) return std::nullopt;
+    const bool quantized = mm.type == "milrt_gemm" && mm.has("y_scale") && !mm.has("bias") && !mm.has("residual") &&
+                           !mm.has("alpha") && !mm.has("activation");
+    if ((mm.type != "matmul" && !quantized) || mm.outputs.size() != 1) return std::nullopt;
     const Type& t = mm.outputs[0].type;
     if (!t.is_tensor() || t.shape.empty() || t.has_unknown_dims()) return std::nullopt;
     if (t.dtype != DType::FP32 && t.dtype != DType::FP16) return std::nullopt;
@@ -312,6 +317,7 @@ void fuse_function(Function& f, bool bare) {
     Inputs in = {{"x", *mm.arg("x")}, {"y", *mm.arg("y")}};
     if (const Arg* a = mm.arg("transpose_x")) in.push_back({"transpose_x", *a});
     if (const Arg* a = mm.arg("transpose_y")) in.push_back({"transpose_y", *a});
+    if (const Arg* a = mm.arg("y_scale")) in.push_back({"y_scale", *a});
     if (fu.bias) in.push_back({"bias", r.as_operand(*fu.bias, t.dtype, {t.shape.back()}, "bias")});
     if (fu.residual) in.push_back({"residual", *fu.residual});
     if (fu.alpha != 1) in.push_back({"alpha", r.scalar(DType::FP32, fu.alpha)});

@@ -5,6 +5,7 @@
 namespace milrt::passes {
 
 void legalize_layout_idioms(Program& p);   // legalize_layout_idioms.cpp (notes dropped)
+void fuse_quantized_weights(Program& p);   // fuse_quantized_weights.cpp
 void fold_constexpr(Program& p);           // fold_constexpr.cpp
 void cse(Program& p);                      // cse.cpp
 void dce(Program& p);                      // dce.cpp

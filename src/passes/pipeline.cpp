@@ -9,6 +9,9 @@ const std::vector<PassInfo>& all_passes() {
   static const std::vector<PassInfo> passes = {
       {"legalize-layout-idioms", "make the Neural Engine's size-1 layout idioms explicit reshapes",
        passes::legalize_layout_idioms},
+      {"fuse-quantized-weights", "matmul/linear of a block-quantized int8 weight into milrt_gemm reading the int8 "
+                                 "data and scales (before fold-constexpr expands them)",
+       passes::fuse_quantized_weights},
       {"fold-constexpr", "decompress constexpr weights and fold small data movement of constants into consts",
        passes::fold_constexpr},
       {"cse", "merge ops that compute the same values (same type, inputs and output types)", passes::cse},

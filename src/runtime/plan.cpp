@@ -202,6 +202,25 @@ struct Plan::Impl {
     buffers.push_back(t.cast(vals[size_t(id)].dtype));
     return id;
   }
+  // A `const` op's value gets its storage-dtype buffer only once a step reads
+  // it through the frame (need()): a weight that lowerings read at compile
+  // time from its literal (packed, or kept int8/bf16) has no fp32 copy here.
+  std::unordered_map<int, const Tensor*> deferred;
+  int add_deferred_const(const std::string& name, const Tensor* t) {
+    int id = add_val(name, t->dtype(), t->shape(), Kind::Const);
+    vals[size_t(id)].storage = int(buffers.size());
+    buffers.emplace_back();
+    deferred[id] = t;
+    return id;
+  }
+  void need(int id) {
+    for (; id >= 0; id = vals[size_t(id)].kind == Kind::View ? vals[size_t(id)].alias : -1) {
+      auto it = deferred.find(id);
+      if (it == deferred.end()) continue;
+      buffers[size_t(vals[size_t(id)].storage)] = it->second->cast(vals[size_t(id)].dtype);
+      deferred.erase(it);
+    }
+  }
   // Input buffers are allocated on first use by run(inputs): a plan whose
   // inputs are all bound (weights bound zero-copy) never holds a copy.
   int add_owned(const std::string& name, DType declared, const Shape& shape, Kind kind) {
@@ -311,6 +330,7 @@ class Lowerer final : public rt::LowerCtx {
     if (a.kind == Arg::Kind::Var) {
       auto it = p_.ids.find(a.var);
       if (it == p_.ids.end()) throw_op_error(op, "uses undefined value '" + a.var + "'");
+      p_.need(it->second);
       return ref(it->second);
     }
     if (a.kind == Arg::Kind::Const) {
@@ -623,7 +643,7 @@ Plan compile(const Program& program, const CompileOptions& options) {
       if (!val || val->kind != Arg::Kind::Const) throw_op_error(op, "const without a literal 'val'");
       lower.note_const_op(op.outputs[0].name, &val->lit->value);
       if (val->lit->value.dtype() == DType::String) continue;  // parameters only, never data
-      P.add_const(op.outputs[0].name, val->lit->value);
+      P.add_deferred_const(op.outputs[0].name, &val->lit->value);
       continue;
     }
     for (auto& o : op.outputs) {
@@ -672,6 +692,8 @@ Plan compile(const Program& program, const CompileOptions& options) {
   }
   for (auto& [in, out] : alias_of_input)
     if (!in_state.count(out)) P.write_backs.push_back({P.ids.at(out), P.ids.at(in)});
+  for (int id : P.output_ids) P.need(id);
+  for (auto& wb : P.write_backs) P.need(wb.src);
   P.input_bound.assign(P.inputs.size(), nullptr);
   P.output_bound.assign(P.outputs.size(), nullptr);
 

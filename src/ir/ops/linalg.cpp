@@ -96,9 +96,20 @@ Type tensor_of(const InferCtx& c, const std::string& key, Shape shape) {
 
 // ---- matmul, linear -------------------------------------------------------
 
+// matmul's y and linear's weight: also bf16 when a compile-time constant. A
+// milrt extension beside iOS17's const-operand relaxation (Core ML has no
+// bf16): a weight stored in half the bytes of fp32 with fp32's range.
+void require_weight_domain(const InferCtx& c, const std::string& key) {
+  if (c.has(key) && c.type(key).is_tensor() && c.dtype(key) == DType::BF16) {
+    if (!c.const_value(key)) c.fail("input '" + key + "' may be bf16 only as a compile-time constant");
+    return;
+  }
+  require_domain(c, key, kNumeric);
+}
+
 void infer_matmul(InferCtx& c) {
   require_domain(c, "x", kNumeric);
-  require_domain(c, "y", kNumeric);
+  require_weight_domain(c, "y");
   Shape xs = c.shape("x"), ys = c.shape("y");
   bool tx = const_bool_or(c, "transpose_x", false), ty = const_bool_or(c, "transpose_y", false);
   size_t xr = xs.size(), yr = ys.size();
@@ -127,7 +138,7 @@ void infer_matmul(InferCtx& c) {
 
 void infer_linear(InferCtx& c) {
   require_domain(c, "x", kNumeric);
-  require_domain(c, "weight", kNumeric);
+  require_weight_domain(c, "weight");
   require_rank_between(c, "x", 1, 3);
   c.require_rank("weight", 2);
   const Shape& xs = c.shape("x");

@@ -31,8 +31,21 @@ double activate(const std::string& act, double v) {
   return v;
 }
 
+// y_scale: y holds int8 [N, K] and the weight is y_scale[j, i / b] · y[j, i].
+NdArray dequantized_y(RefCtx& c) {
+  NdArray y = c.nd("y");
+  if (!c.has("y_scale")) return y;
+  const NdArray s = c.nd("y_scale");
+  if (y.rank() != 2 || s.rank() != 2 || s.shape[0] != y.shape[0] || s.shape[1] <= 0 || y.shape[1] % s.shape[1] != 0)
+    c.fail("y_scale " + shape_str(s.shape) + " must be [N, K / block] for y " + shape_str(y.shape));
+  const int64_t k = y.shape[1], nb = s.shape[1], b = k / nb;
+  for (int64_t j = 0; j < y.shape[0]; ++j)
+    for (int64_t i = 0; i < k; ++i) y.v[size_t(j * k + i)] *= s.v[size_t(j * nb + i / b)];
+  return y;
+}
+
 void ref_gemm(RefCtx& c) {
-  NdArray x = c.nd("x"), y = c.nd("y");
+  NdArray x = c.nd("x"), y = dequantized_y(c);
   if (x.rank() == 0 || y.rank() == 0) c.fail("x and y must have rank >= 1");
   const bool xvec = x.rank() == 1, yvec = y.rank() == 1;
   if (c.flag("transpose_x", false)) {

@@ -1,16 +1,20 @@
 // Lowering of matmul and linear (and, through lower_gemm, milrt_gemm) onto
-// kernels::gemm.
+// kernels::gemm and kernels::weight_gemm.
 //
 // Shapes are resolved here once: per output batch the element offsets of the
 // A and B operands. A constant B (weights) is packed at compile time into the
-// kernel's layout (kernels::PackedB), one per distinct B batch. When B has no
-// batch dims and A is not transposed, the batches of A are consecutive rows
-// and the whole product is one GEMM with batches·M rows.
+// kernel's layout (kernels::PackedB, from fp32 or straight from bf16), one
+// per distinct B batch. When B has no batch dims and A is not transposed, the
+// batches of A are consecutive rows and the whole product is one GEMM with
+// batches·M rows. A weight W [N, K] kept compact (int8 with block scales
+// always; bf16/fp16 for products of a few rows) is read in place by
+// weight_gemm: the plan holds no wider copy of it.
 #include "runtime/lower/gemm_step.h"
 
 #include <algorithm>
 #include <vector>
 
+#include "kernels/weight_gemm.h"
 #include "milrt/tensor.h"
 
 namespace milrt::rt {
@@ -83,8 +87,64 @@ GemmShape gemm_shape(const Op& op, Shape xs, Shape ys, bool tx, bool ty) {
 
 }  // namespace
 
+namespace {
+
+// At most this many rows of A in all: a constant bf16/fp16 weight is read
+// in place by weight_gemm's streaming path (decode is bound by weight bytes);
+// more rows amortize packing it for the GEMM.
+constexpr int64_t kStreamRows = 4;
+
+// The compact weight a step reads in place: the constant's own tensor (kept
+// alive here) and, for int8, its scales converted to fp32 once.
+struct CompactWeight {
+  Tensor data;
+  std::vector<float> scales;
+  kernels::WeightRef ref;
+  std::string name;   // for the kernel name: "bf16 weights", "int8 weights/32"
+  double bytes = 0;
+};
+
+std::shared_ptr<CompactWeight> quantized_weight(const Op& op, LowerCtx& ctx, const Tensor* w, const std::string& key) {
+  const Tensor* s = ctx.const_value(op, key);
+  if (!w || !s) throw_op_error(op, "an int8 weight and its '" + key + "' must be compile-time constants to compile");
+  if (w->dtype() != DType::Int8 || w->rank() != 2 || s->rank() != 2 || s->shape()[0] != w->shape()[0] ||
+      s->shape()[1] < 1 || w->shape()[1] % s->shape()[1] != 0)
+    throw_op_error(op, "'" + key + "' " + shape_str(s->shape()) + " must be [N, K / block] for the int8 weight " +
+                           shape_str(w->shape()));
+  auto cw = std::make_shared<CompactWeight>();
+  cw->data = *w;
+  const Tensor s32 = s->dtype() == DType::FP32 ? *s : s->cast(DType::FP32);
+  cw->scales.assign(s32.ptr<float>(), s32.ptr<float>() + s32.numel());
+  const int64_t n = w->shape()[0], k = w->shape()[1], block = k / s->shape()[1];
+  cw->ref = {kernels::WeightFormat::q8, cw->data.data(), n, k, k, cw->scales.data(), block};
+  cw->name = "int8 weights/" + std::to_string(block);
+  cw->bytes = double(w->numel()) + 4.0 * double(s->numel());
+  return cw;
+}
+
+std::shared_ptr<CompactWeight> half_weight(const Tensor& w, int64_t n, int64_t k) {
+  auto cw = std::make_shared<CompactWeight>();
+  cw->data = w;
+  const bool bf16 = w.dtype() == DType::BF16;
+  cw->ref = {bf16 ? kernels::WeightFormat::bf16 : kernels::WeightFormat::f16, cw->data.data(), n, k, k};
+  cw->name = bf16 ? "bf16 weights" : "fp16 weights";
+  cw->bytes = 2.0 * double(w.numel());
+  return cw;
+}
+
+}  // namespace
+
 std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering& gl) {
-  const ValueRef x = ctx.input(op, gl.x_key), y = ctx.input(op, gl.y_key), o = ctx.output(op);
+  const ValueRef x = ctx.input(op, gl.x_key), o = ctx.output(op);
+  // A constant B is read from its compile-time value, never from a plan
+  // buffer: it may be stored in fewer bytes than the plan's fp32.
+  const Tensor* w = ctx.const_value(op, gl.y_key);
+  const bool quantized = op.has(gl.y_scale_key);
+  if (quantized && !w) throw_op_error(op, "an int8 weight must be a compile-time constant to compile");
+  if (w && !quantized && w->dtype() != DType::FP32 && w->dtype() != DType::FP16 && w->dtype() != DType::BF16)
+    throw_op_error(op, "a constant weight must be fp32, fp16 or bf16 to compile, got " +
+                           std::string(dtype_name(w->dtype())));
+  const ValueRef y = w ? ValueRef{-1, DType::FP32, w->shape()} : ctx.input(op, gl.y_key);
   if (x.dtype != DType::FP32 || y.dtype != DType::FP32 || o.dtype != DType::FP32)
     throw_op_error(op, "only float operands compile");
   const GemmShape g = gemm_shape(op, x.shape, y.shape, gl.transpose_x, gl.transpose_y);
@@ -104,22 +164,40 @@ std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering
   }
 
   const kernels::GemmMath math = ctx.bf16_matmuls ? kernels::GemmMath::bf16 : kernels::GemmMath::fp32;
-  // A constant B is packed now, once per B batch.
+  // A compact weight read in place (W [N, K] as stored: one B, A's rows
+  // consecutive): int8 always, bf16/fp16 when few rows make the product a
+  // stream over the weight.
+  std::shared_ptr<CompactWeight> compact;
+  const bool one_weight = g.ty && !g.tx && g.y_batches == 1 && g.xoff.size() == 1 && y.shape.size() == 2;
+  if (quantized) {
+    if (!one_weight) throw_op_error(op, "an int8 weight must be [N, K] with transpose_y = true and transpose_x = false");
+    compact = quantized_weight(op, ctx, w, gl.y_scale_key);
+  } else if (w && w->dtype() != DType::FP32 && one_weight && m <= kStreamRows) {
+    compact = half_weight(*w, n, k);
+  }
+  // Any other constant B is packed now, once per B batch.
   std::shared_ptr<std::vector<kernels::PackedB>> packed;
   double b_bytes = 4.0 * double(y.numel());
-  if (const Tensor* w = ctx.const_value(op, gl.y_key)) {
-    const Tensor w32 = w->dtype() == DType::FP32 ? *w : w->cast(DType::FP32);
-    const float* wd = static_cast<const float*>(w32.data());
+  if (compact) {
+    b_bytes = compact->bytes;
+  } else if (w) {
+    const bool bf16 = w->dtype() == DType::BF16;
+    const Tensor wt = bf16 || w->dtype() == DType::FP32 ? *w : w->cast(DType::FP32);
+    const size_t esize = dtype_size(wt.dtype());
+    const auto* wd = static_cast<const uint8_t*>(wt.data());
     packed = std::make_shared<std::vector<kernels::PackedB>>();
     b_bytes = 0;
     for (int64_t b = 0; b < g.y_batches; ++b) {
-      packed->emplace_back(kernels::MatrixRef{wd + b * k * n, kernels::ElemType::f32, g.ty ? k : n, g.ty}, k, n, math);
+      packed->emplace_back(kernels::MatrixRef{wd + size_t(b * k * n) * esize,
+                                              bf16 ? kernels::ElemType::bf16 : kernels::ElemType::f32,
+                                              g.ty ? k : n, g.ty},
+                           k, n, math);
       b_bytes += double(packed->back().bytes());
     }
   }
 
-  std::string kernel = packed ? "gemm[B packed]" : "gemm";
-  if (ctx.bf16_matmuls) kernel += "[bf16]";
+  std::string kernel = compact ? "gemm[" + compact->name + "]" : packed ? "gemm[B packed]" : "gemm";
+  if (ctx.bf16_matmuls && !compact) kernel += "[bf16]";
   if (gl.alpha != 1) kernel += "+alpha";
   if (ib >= 0) kernel += "+bias";
   if (gl.act != kernels::Activation::none) kernel += std::string("+") + act_name(gl.act);
@@ -133,7 +211,6 @@ std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering
   std::vector<int64_t> xoff = g.xoff, ybat = g.ybat;
   auto step = make_step(kernel, op, [=](const Frame& f) {
     const float* a = f.at<float>(ix);
-    const float* b = f.at<float>(iy);
     float* c = f.at<float>(io);
     kernels::Epilogue ep;
     ep.alpha = alpha;
@@ -141,6 +218,11 @@ std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering
     ep.bias = ib >= 0 ? f.at<float>(ib) : nullptr;
     const float* res = ir >= 0 ? f.at<float>(ir) : nullptr;
     ep.residual_ld = n;
+    if (compact) {
+      ep.residual = res;
+      kernels::weight_gemm(m, a, k, compact->ref, c, n, ep);
+      return;
+    }
     for (size_t bi = 0; bi < xoff.size(); ++bi) {
       const int64_t co = int64_t(bi) * m * n;
       ep.residual = res ? res + co : nullptr;
@@ -149,7 +231,8 @@ std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering
       if (packed)
         kernels::gemm(m, ar, (*packed)[size_t(ybat[bi])], cr, ep);
       else
-        kernels::gemm(m, n, k, ar, kernels::MatrixRef{b + ybat[bi] * k * n, kernels::ElemType::f32, ldb, ty}, cr, ep, math);
+        kernels::gemm(m, n, k, ar, kernels::MatrixRef{f.at<float>(iy) + ybat[bi] * k * n, kernels::ElemType::f32, ldb, ty},
+                      cr, ep, math);
     }
   });
   step->info.flops = 2.0 * double(xoff.size()) * double(m) * double(n) * double(k);
