@@ -23,12 +23,10 @@
 #include "milrt/mil.h"
 #include "milrt/plan.h"
 #include "support/llama_fp64.h"
+#include "support/random_checkpoint.h"
 #include "support/test_util.h"
 #include "test_cli_util.h"
 
-// Every operator new in this test program is counted, so a test can check
-// that decoding a token allocates nothing.
-#include "support/count_allocations.h"
 
 namespace milrt::test {
 namespace {
@@ -143,24 +141,8 @@ int32_t argmax(const float* v, int64_t n) { return int32_t(std::max_element(v, v
 
 // ---- checkpoints
 
-// A random checkpoint from ../shared/peers/make_llama2c_checkpoint.py when it
-// and numpy are there; else one from init_llama_weights (said on stdout).
-std::string checkpoint(const std::string& config, bool unshared) {
-  static std::string dir = temp_dir("generate");
-  const std::string path = dir + "/" + config + (unshared ? "_unshared" : "") + ".bin";
-  if (fs::exists(path)) return path;
-  const std::string script = shared_dir().empty() ? "" : shared_dir() + "/peers/make_llama2c_checkpoint.py";
-  if (!script.empty() && fs::exists(script) && fs::exists("/usr/bin/python3")) {
-    const std::string cmd = "/usr/bin/python3 " + script + " " + path + " --config " + config + " --seed 7" +
-                            (unshared ? " --unshared" : "") + " >/dev/null 2>&1";
-    if (std::system(cmd.c_str()) == 0 && fs::exists(path)) return path;
-  }
-  std::printf("[ note ] make_llama2c_checkpoint.py unavailable: %s from init_llama_weights\n", config.c_str());
-  LlamaConfig cfg = *llm::llama_preset(config);
-  cfg.shared_classifier = !unshared;
-  llm::save_llama2c_checkpoint(path, llm::init_llama_weights(cfg, 7), 0);
-  return path;
-}
+// Random checkpoints: tests/support/random_checkpoint.h (seed 7).
+std::string checkpoint(const std::string& config, bool unshared) { return random_llama2c_checkpoint(config, unshared); }
 
 fp64::Weights to_fp64(const LlamaWeights& w) {
   fp64::Weights r;
@@ -361,23 +343,6 @@ TEST(GenerateProgram, ReferenceExecutorAgreesWithThePlan) {
   double err = 0;
   for (size_t i = 0; i < a.size(); ++i) err = std::max(err, std::fabs(a[i] - b[i]));
   EXPECT_LT(err, 1e-5);
-}
-
-TEST(GenerateProgram, DecodingAllocatesNothingPerToken) {
-  LlamaWeights w = llm::load_llama2c_checkpoint(checkpoint("stories15m-gqa", false));
-  llm::Generator gen(w);
-  gen.prefill({1, 400, 500});
-  int32_t t = 7;
-  for (int i = 0; i < 2; ++i) t = argmax(gen.decode(t), w.cfg.vocab);  // kernels' scratch grows on first runs
-  g_counting = true;
-  const long before = g_allocations.load();
-  for (int i = 0; i < 20; ++i) t = argmax(gen.decode(t), w.cfg.vocab);
-  EXPECT_EQ(g_allocations.load() - before, 0) << "operator new calls during 20 decoded tokens";
-  EXPECT_EQ(gen.position(), 25);
-  const long mid = g_allocations.load();
-  gen.prefill({1, 2, 3, 4});  // a new prompt length compiles a plan: the counter does see allocations
-  EXPECT_GT(g_allocations.load() - mid, 100);
-  g_counting = false;
 }
 
 // The KV-cache write runs in the state's buffer: slice_update writes only

@@ -1,8 +1,22 @@
 // Text generation from a Llama checkpoint with a KV cache: a decode plan (one
 // token per run) compiled once, and prefill plans (a whole prompt per run)
-// compiled once per distinct prompt length, all from build_llama_decoder and
-// all binding the same weight memory (zero copy: plans read the checkpoint's
-// tensors in place).
+// compiled once per distinct prompt length, all from build_llama_decoder.
+//
+// Weights (GeneratorOptions::weights):
+// - inputs (the default): fp32 plan inputs bound to the checkpoint's tensors
+//   (zero copy: every plan reads the checkpoint's memory in place).
+// - fp32, fp16, bf16, int8: the weights become consts of the programs in that
+//   storage (llama_decoder.h). The stored form is made once, from the decode
+//   program; every prefill program is given those same consts (Tensor copies
+//   share buffers), so decode and prefill plans share one copy, and the
+//   generator drops its fp32 weights once the decode program is built.
+//   fp16/bf16 weights are read exactly (widened to fp32) and int8 as scale·q,
+//   with fp32 math, so decoding differs from fp32 weights only by the weights'
+//   rounding. bf16 prefill plans compile with
+//   CompileOptions::MatmulPrecision::bf16 (every matrix product of the prompt,
+//   attention included, rounds its operands to bf16 and accumulates in fp32:
+//   vdpbf16ps, about twice the fp32 GEMM rate), which is the point of bf16
+//   prefill; decode stays fp32 math, bound by reading the weights anyway.
 //
 // The KV cache lives in plan state. Plan states cannot be bound to shared
 // memory, so after a prefill the generator copies the prefill plan's caches
@@ -12,21 +26,43 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "llm/checkpoint.h"
+#include "llm/llama_decoder.h"
 #include "milrt/plan.h"
 
 namespace milrt::llm {
 
+struct GeneratorOptions {
+  WeightStorage weights = WeightStorage::inputs;
+  // int8: elements of a weight row sharing one scale; must divide dim and hidden.
+  int64_t block = 32;
+};
+
+// The options a command line gives: `weights` "fp32" (the checkpoint bound
+// in place: WeightStorage::inputs), "fp16", "bf16" or "int8"; `block` only
+// with int8. Throws a one-line Error for anything else.
+GeneratorOptions parse_generator_options(const std::string& weights, std::optional<int64_t> block = std::nullopt);
+
+// Bytes of weights one decoded token reads in `storage`: every matrix (the
+// classifier included) once, the RMSNorm gains and one embedding row;
+// inputs and fp32 count 4 bytes an element, fp16/bf16 2, int8 1 plus an fp32
+// scale per block. KV-cache reads are not counted.
+int64_t decode_weight_bytes(const LlamaConfig& cfg, WeightStorage storage, int64_t block = 32);
+
 class Generator {
  public:
-  // Validates the weights and compiles the decode plan.
-  explicit Generator(LlamaWeights weights);
+  // Validates the weights (and, for int8, the block: a one-line Error before
+  // anything is built) and compiles the decode plan.
+  explicit Generator(LlamaWeights weights, GeneratorOptions options = {});
   Generator(const Generator&) = delete;
   Generator& operator=(const Generator&) = delete;
 
-  const LlamaConfig& config() const { return w_.cfg; }
+  const LlamaConfig& config() const { return cfg_; }
+  const GeneratorOptions& options() const { return opt_; }
   // The position the next token will take (tokens in the cache so far).
   int64_t position() const { return pos_; }
 
@@ -51,9 +87,13 @@ class Generator {
   };
   void check_token(int32_t t) const;
   Prefill& prefill_plan(int64_t tokens);
+  Program prefill_program(int64_t tokens) const;
   void bind_common(Plan& p);
 
-  LlamaWeights w_;
+  LlamaConfig cfg_;
+  GeneratorOptions opt_;
+  LlamaWeights w_;          // inputs storage only: the bound checkpoint
+  std::vector<Op> weight_ops_;  // const storages: the ops defining the weights, shared by every program
   Plan decode_;
   std::map<int64_t, Prefill> prefill_;  // by prompt length
   int32_t token_ = 0, pos_in_ = 0;     // the plans' "tokens" (decode) and "pos" inputs

@@ -3,6 +3,9 @@
 // position, prompt included (0 or more than seq_len = seq_len); the prompt is
 // encoded with BOS; temperature 0 is greedy; generation stops at BOS; text
 // streams to stdout as it is produced and the speeds go to stderr.
+// --weights picks how the weights are held (generator.h): fp32 binds the
+// checkpoint in place; fp16, bf16 and int8 (blocks of --block) are made from
+// it at load.
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -24,6 +27,9 @@ struct Args {
   double temperature = 1.0, top_p = 0.9;
   uint64_t seed = 0;
   int threads = 0;
+  std::string weights = "fp32";
+  int64_t block = 32;
+  bool block_given = false;
 };
 
 // llama2.c's xorshift generator, so a seed means the same coin stream there.
@@ -40,6 +46,8 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 
 void run(const Args& a) {
   if (a.threads > 0) kernels::set_num_threads(a.threads);
+  const llm::GeneratorOptions gopt =
+      llm::parse_generator_options(a.weights, a.block_given ? std::optional<int64_t>(a.block) : std::nullopt);
   llm::LlamaWeights w = llm::load_llama2c_checkpoint(a.checkpoint);
   const llm::LlamaConfig cfg = w.cfg;
   // Without --tokenizer: the byte-level vocabulary `milrt train` uses by default.
@@ -56,7 +64,7 @@ void run(const Args& a) {
   if (int64_t(ids.size()) > cfg.seq)
     throw Error("generate: the prompt has " + std::to_string(ids.size()) + " tokens, more than the model's seq_len " +
                 std::to_string(cfg.seq));
-  llm::Generator gen(std::move(w));
+  llm::Generator gen(std::move(w), gopt);
   gen.prepare(int64_t(ids.size()));  // compiled before the clock starts
 
   for (size_t i = 1; i < ids.size(); ++i) std::fputs(llm::printable_piece(tok->decode(ids[i - 1], ids[i])).c_str(), stdout);
@@ -84,9 +92,10 @@ void run(const Args& a) {
   const double gen_s = seconds_since(t1);
   std::printf("\n");
   std::fflush(stdout);
-  std::fprintf(stderr, "prompt: %zu tokens in %.3f s, %.1f tok/s; generation: %lld tokens in %.3f s, %.1f tok/s (%d thread%s)\n",
+  std::fprintf(stderr, "prompt: %zu tokens in %.3f s, %.1f tok/s; generation: %lld tokens in %.3f s, %.1f tok/s (%d thread%s, %s weights)\n",
                ids.size(), prompt_s, double(ids.size()) / std::max(prompt_s, 1e-9), (long long)generated, gen_s,
-               double(decoded) / std::max(gen_s, 1e-9), kernels::num_threads(), kernels::num_threads() == 1 ? "" : "s");
+               double(decoded) / std::max(gen_s, 1e-9), kernels::num_threads(), kernels::num_threads() == 1 ? "" : "s",
+               a.weights.c_str());
 }
 
 }  // namespace
@@ -102,7 +111,12 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--top-p", a.top_p, "nucleus sampling threshold");
   cmd->add_option("--seed", a.seed, "sampling seed (0 = time)");
   cmd->add_option("--threads", a.threads, "threads (default MILRT_THREADS or all cores)");
-  cmd->callback([] { run(a); });
+  cmd->add_option("--weights", a.weights, "fp32 (the checkpoint in place), fp16, bf16 or int8");
+  auto* block = cmd->add_option("--block", a.block, "int8: elements of a weight row sharing a scale (default 32)");
+  cmd->callback([block] {
+    a.block_given = block->count() > 0;
+    run(a);
+  });
 }
 
 }  // namespace milrt::cli
