@@ -137,11 +137,14 @@ Value DecoderBuilder::cache_write(const std::string& name, const Value& x) {
   }
   Value heads = f_.op("reshape", name + "_heads", {{"x", x}, {"shape", lit_i32s({1, T_, c_.kv_heads, hd_})}});
   Value rows = f_.op("transpose", name + "_rows", {{"x", heads}, {"perm", lit_i32s({0, 2, 1, 3})}});
+  const bool fp16 = opt_.cache == DType::FP16;
+  if (fp16) rows = f_.op("cast", name + "_rows_fp16", {{"x", rows}, {"dtype", lit_str("fp16")}});
   Value state = f_.value(name + "cache");
   Value old = f_.op("read_state", name + "cache_old", {{"input", state}});
   Value upd = f_.op("slice_update", name + "cache_new",
                     {{"x", old}, {"update", rows}, {"begin", begin_}, {"end", end_}});
-  return f_.op("coreml_update_state", name + "cache_now", {{"state", state}, {"value", upd}});
+  Value now = f_.op("coreml_update_state", name + "cache_now", {{"state", state}, {"value", upd}});
+  return fp16 ? f_.op("cast", name + "cache_fp32", {{"x", now}, {"dtype", lit_str("fp32")}}) : now;
 }
 
 // q [1, T, dim], k and v [1, T, kv_dim] -> [1, T, dim].
@@ -209,7 +212,7 @@ Value DecoderBuilder::build() {
   define_weights();
   Type cache;
   cache.kind = Type::Kind::State;
-  cache.elems = {Type::tensor(DType::FP32, {1, c_.kv_heads, c_.seq, hd_})};
+  cache.elems = {Type::tensor(opt_.cache, {1, c_.kv_heads, c_.seq, hd_})};
   for (const std::string& n : llama_cache_names(c_)) f_.input(n, cache);
 
   Value x = f_.op("gather", "embed", {{"x", w_.at("tok_embeddings")}, {"indices", tokens}, {"axis", lit_i32(0)}});
@@ -269,7 +272,9 @@ Program build(const LlamaConfig& cfg, int64_t tokens, const LlamaWeights* w, con
 Program build_llama_decoder(const LlamaConfig& cfg, int64_t tokens) { return build(cfg, tokens, nullptr, {}); }
 
 Program build_llama_decoder(const LlamaWeights& w, int64_t tokens, const DecoderOptions& opt) {
-  if (opt.weights == WeightStorage::inputs) return build_llama_decoder(w.cfg, tokens);
+  if (opt.cache != DType::FP32 && opt.cache != DType::FP16)
+    throw Error("llama decoder: the KV cache must be fp32 or fp16, not " + std::string(dtype_name(opt.cache)));
+  if (opt.weights == WeightStorage::inputs) return build(w.cfg, tokens, nullptr, opt);
   check_llama_weights(w);
   return build(w.cfg, tokens, &w, opt);
 }

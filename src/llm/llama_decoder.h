@@ -10,7 +10,8 @@
 //           llama_weight_specs(cfg) as fp32 (plan inputs, so a plan binds the
 //           checkpoint's memory without copies); the other storages make the
 //           weights consts of the program (see WeightStorage);
-//   states  "l{i}_kcache", "l{i}_vcache" fp32 [1, kv_heads, seq, head_dim]:
+//   states  "l{i}_kcache", "l{i}_vcache" [1, kv_heads, seq, head_dim], fp32
+//           (or fp16: DecoderOptions::cache),
 //           head-major, so attention reads each head's keys as one contiguous
 //           [seq, head_dim] matrix (no transpose of the cache per token);
 //   output  "logits" fp32 [1, vocab]: the last token's.
@@ -50,6 +51,10 @@ struct DecoderOptions {
   // int8: consecutive elements of a weight row sharing one scale; must divide
   // dim and hidden.
   int64_t block = 32;
+  // The KV caches' state dtype. FP16 is what Core ML accepts for states: new
+  // keys and values are rounded to fp16 on the way in and widened on the way
+  // out, the rest of the program stays fp32.
+  DType cache = DType::FP32;
 };
 
 // "fp32", "fp16", "bf16", "int8" (the const storages; "inputs" is internal).
