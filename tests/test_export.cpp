@@ -125,6 +125,26 @@ double scaled_diff(const float* got, const float* want, size_t n) {
   return diff(got, want, n).abs / std::max(m, 1e-30);
 }
 
+// Decodes the same 8 tokens with the bundle's plan, the in-memory program's
+// plan and the Generator: the worst |bundle - in-memory| logit difference and
+// the worst bundle vs Generator difference relative to the largest |logit|.
+struct DecodeDiffs {
+  double direct = 0, generator = 0;
+};
+DecodeDiffs decode_diffs(Plan& plan, Plan& direct, llm::Generator& gen) {
+  const std::vector<int32_t> tokens = {1, 17, 300, 42, 99, 5, 250, 3};
+  DecodeDiffs d;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const float* want = i == 0 ? gen.prefill({tokens[0]}) : gen.decode(tokens[i]);
+    std::vector<float> got = logits_of(plan, {tokens[i]}, int64_t(i));
+    std::vector<float> mem = logits_of(direct, {tokens[i]}, int64_t(i));
+    EXPECT_EQ(got.size(), size_t(gen.config().vocab));
+    d.direct = std::max(d.direct, diff(got.data(), mem.data(), got.size()).abs);
+    d.generator = std::max(d.generator, scaled_diff(got.data(), want, got.size()));
+  }
+  return d;
+}
+
 // The decode bundle, run token after token from position 0 with its states
 // carried between runs, against
 //  - the same program built in memory (fp32 const weights) and compiled:
@@ -141,21 +161,13 @@ void expect_decode_round_trip(const std::string& config, bool unshared) {
   llm::Generator gen(w);
   Plan direct = compile(llm::build_llama_decoder(w, 1, {llm::WeightStorage::fp32, 32}));
   Plan plan = compile_bundle(bundle);
-  const std::vector<int32_t> tokens = {1, 17, 300, 42, 99, 5, 250, 3};
-  double worst_direct = 0, worst_gen = 0;
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    const float* want = i == 0 ? gen.prefill({tokens[0]}) : gen.decode(tokens[i]);
-    std::vector<float> got = logits_of(plan, {tokens[i]}, int64_t(i));
-    std::vector<float> mem = logits_of(direct, {tokens[i]}, int64_t(i));
-    ASSERT_EQ(got.size(), size_t(w.cfg.vocab));
-    worst_direct = std::max(worst_direct, diff(got.data(), mem.data(), got.size()).abs);
-    worst_gen = std::max(worst_gen, scaled_diff(got.data(), want, got.size()));
-  }
+  const DecodeDiffs d = decode_diffs(plan, direct, gen);
+  const double worst_direct = d.direct, worst_gen = d.generator;
   EXPECT_EQ(worst_direct, 0.0) << config << ": bundle vs the in-memory fp32 program";
   EXPECT_LT(worst_gen, 1e-6) << config << ": bundle vs Generator";
-  std::printf("[ info ] %s%s decode bundle, %zu tokens: max |logit diff| vs in-memory program %.3g, "
+  std::printf("[ info ] %s%s decode bundle, 8 tokens: max |logit diff| vs in-memory program %.3g, "
               "vs Generator %.3g of the largest |logit|\n",
-              config.c_str(), unshared ? " unshared" : "", tokens.size(), worst_direct, worst_gen);
+              config.c_str(), unshared ? " unshared" : "", worst_direct, worst_gen);
 }
 
 TEST(ExportRoundTrip, DecodeSharedClassifierEqualsGenerator) { expect_decode_round_trip("tiny", false); }
@@ -490,15 +502,8 @@ TEST(ExportRoundTrip, DefaultFp16CacheIsCloseToTheFp32Generator) {
   llm::DecoderOptions opt{llm::WeightStorage::fp32, 32, DType::FP16};
   Plan direct = compile(llm::build_llama_decoder(w, 1, opt));
   Plan plan = compile_bundle(out);
-  const std::vector<int32_t> tokens = {1, 17, 300, 42, 99, 5, 250, 3};
-  double worst_direct = 0, worst_gen = 0;
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    const float* want = i == 0 ? gen.prefill({tokens[0]}) : gen.decode(tokens[i]);
-    std::vector<float> got = logits_of(plan, {tokens[i]}, int64_t(i));
-    std::vector<float> mem = logits_of(direct, {tokens[i]}, int64_t(i));
-    worst_direct = std::max(worst_direct, diff(got.data(), mem.data(), got.size()).abs);
-    worst_gen = std::max(worst_gen, scaled_diff(got.data(), want, got.size()));
-  }
+  const DecodeDiffs d = decode_diffs(plan, direct, gen);
+  const double worst_direct = d.direct, worst_gen = d.generator;
   EXPECT_EQ(worst_direct, 0.0);
   EXPECT_LT(worst_gen, 5e-3);
   EXPECT_GT(worst_gen, 0.0) << "fp16 caches round: some difference is expected";
