@@ -50,9 +50,7 @@ double unigram_entropy(const std::vector<int32_t>& tokens) {
 TEST(Trainer, TinyModelLearnsFarBelowUnigramEntropy) {
   std::string dir = temp_dir("trainer_learns");
   std::shared_ptr<const Tokenizer> tok = byte_tokenizer();
-  LlamaTaskOptions to;
-  to.batch = 8;
-  to.data = write_tiny_corpus(dir);
+  LlamaTaskOptions to = tiny_task_options(dir);
   TrainTask task = llama_task(tiny_llama_config(), tok, to);
   TensorMap w = init_llama_weights(tiny_llama_config(), 3).tensors;
   TrainLog log = train(task, tiny_train_options(200), w);
@@ -164,9 +162,7 @@ TEST(Trainer, Bf16MatmulPlanRoundsOperandsOnce) {
 TEST(Trainer, Bf16TrainingLearnsLikeFp32) {
   std::string dir = temp_dir("trainer_bf16");
   std::shared_ptr<const Tokenizer> tok = byte_tokenizer();
-  LlamaTaskOptions to;
-  to.batch = 8;
-  to.data = write_tiny_corpus(dir);
+  LlamaTaskOptions to = tiny_task_options(dir);
   TrainLog logs[2];
   for (int i = 0; i < 2; ++i) {
     TrainTask task = llama_task(tiny_llama_config(), tok, to);

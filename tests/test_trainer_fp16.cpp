@@ -87,9 +87,7 @@ TEST(TrainerFp16, LossAtStepZeroEqualsFp32WithinFp16Rounding) {
 TEST(TrainerFp16, TrainsToFp32ValidationLoss) {
   std::string dir = temp_dir("trainer_fp16_learns");
   std::shared_ptr<const Tokenizer> tok = byte_tokenizer();
-  LlamaTaskOptions to;
-  to.batch = 8;
-  to.data = write_tiny_corpus(dir);
+  LlamaTaskOptions to = tiny_task_options(dir);
   TrainLog logs[2];
   for (int i = 0; i < 2; ++i) {
     to.compute = i == 0 ? DType::FP32 : DType::FP16;
@@ -114,9 +112,7 @@ TEST(TrainerFp16, TrainsToFp32ValidationLoss) {
 TEST(TrainerFp16, HugeInitialScaleSkipsStepsThenTrains) {
   std::string dir = temp_dir("trainer_fp16_overflow");
   std::shared_ptr<const Tokenizer> tok = byte_tokenizer();
-  LlamaTaskOptions to;
-  to.batch = 8;
-  to.data = write_tiny_corpus(dir);
+  LlamaTaskOptions to = tiny_task_options(dir);
   to.compute = DType::FP16;
   TrainTask task = llama_task(tiny_llama_config(), tok, to);
   TensorMap w = init_llama_weights(tiny_llama_config(), 3).tensors;

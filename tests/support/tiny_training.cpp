@@ -24,6 +24,13 @@ std::string write_tiny_corpus(const std::string& dir) {
   return path;
 }
 
+llm::LlamaTaskOptions tiny_task_options(const std::string& dir) {
+  llm::LlamaTaskOptions to;
+  to.batch = 8;
+  to.data = write_tiny_corpus(dir);
+  return to;
+}
+
 llm::LlamaConfig tiny_llama_config() {
   llm::LlamaConfig c;
   c.dim = 32, c.hidden = 64, c.layers = 1, c.heads = 2, c.kv_heads = 1, c.vocab = 259, c.seq = 16;

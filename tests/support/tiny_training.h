@@ -22,6 +22,8 @@ std::string write_tiny_corpus(const std::string& dir);
 llm::LlamaConfig tiny_llama_config();
 // AdamW at lr 1e-2 with 5 warmup steps over `steps`, quiet, evaluation at the end.
 llm::TrainOptions tiny_train_options(int64_t steps);
+// Batches of 8 from write_tiny_corpus(dir): the task options of the tiny runs.
+llm::LlamaTaskOptions tiny_task_options(const std::string& dir);
 // A file's bytes ("" when missing).
 std::string slurp(const std::string& path);
 
