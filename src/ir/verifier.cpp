@@ -124,4 +124,15 @@ std::vector<std::string> verify(const Program& p) {
   return notes;
 }
 
+const Tensor* constant_of(const Arg& a, const ValueTable& values) {
+  const Tensor* t = nullptr;
+  if (a.kind == Arg::Kind::Const) {
+    t = &a.lit->value;
+  } else if (a.kind == Arg::Kind::Var) {
+    auto it = values.find(a.var);
+    if (it != values.end()) t = it->second.value;
+  }
+  return t && !t->empty() ? t : nullptr;
+}
+
 }  // namespace milrt

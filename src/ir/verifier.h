@@ -30,4 +30,8 @@ void define_outputs(const Op& op, ValueTable& values);
 // The table of a function's parameters.
 ValueTable param_table(const Function& f);
 
+// The compile-time value of an argument (an inline literal, or a variable the
+// table holds a value for); nullptr when it is not a constant or has no data.
+const Tensor* constant_of(const Arg& a, const ValueTable& values);
+
 }  // namespace milrt

@@ -45,7 +45,7 @@ class ConstInputs {
       std::vector<const Tensor*> elems;
       const bool tuple = in.arg.kind == Arg::Kind::Tuple;
       for (const Arg& a : tuple ? in.arg.elems : std::vector<Arg>{in.arg}) {
-        const Tensor* t = value_of(a, values);
+        const Tensor* t = constant_of(a, values);
         if (!t) return std::nullopt;
         elems.push_back(t);
       }
@@ -70,17 +70,6 @@ class ConstInputs {
   }
 
  private:
-  static const Tensor* value_of(const Arg& a, const ValueTable& values) {
-    const Tensor* t = nullptr;
-    if (a.kind == Arg::Kind::Const) {
-      t = &a.lit->value;
-    } else if (a.kind == Arg::Kind::Var) {
-      auto it = values.find(a.var);
-      if (it != values.end()) t = it->second.value;
-    }
-    return t && !t->empty() ? t : nullptr;
-  }
-
   std::map<std::string, std::vector<const Tensor*>> inputs_;
 };
 

@@ -32,13 +32,8 @@ namespace {
 using passes::Inputs;
 using passes::Replacement;
 
-const Tensor* const_of(const Arg* a, const ValueTable& values) {
-  if (!a) return nullptr;
-  if (a->kind == Arg::Kind::Const) return a->lit->value.empty() ? nullptr : &a->lit->value;
-  if (a->kind != Arg::Kind::Var) return nullptr;
-  auto it = values.find(a->var);
-  return it == values.end() ? nullptr : it->second.value;
-}
+// The compile-time value of an optional argument.
+const Tensor* const_of(const Arg* a, const ValueTable& values) { return a ? constant_of(*a, values) : nullptr; }
 
 // A constexpr_blockwise_shift_scale the kernel can read as it is.
 bool readable_quantized(const Op& op, const ValueTable& values) {
