@@ -161,12 +161,9 @@ class ChainSimplifier {
     for (size_t i = 0; i < f.ops.size(); ++i) {
       define_outputs(f.ops[i], values);
       for (auto& o : f.ops[i].outputs) producer_[o.name] = i;
-      for (auto& in : f.ops[i].inputs) passes::for_each_var(in.arg, [&](const std::string& v) { ++uses_[v]; });
     }
-    for (auto& o : f.outputs) {
-      ++uses_[o];
-      outputs_.insert(o);
-    }
+    uses_ = passes::count_uses(f);
+    outputs_.insert(f.outputs.begin(), f.outputs.end());
     values_ = std::move(values);
   }
 
@@ -295,7 +292,7 @@ class ChainSimplifier {
   std::vector<bool> dead_;
   ValueTable values_;
   std::map<std::string, size_t> producer_;
-  std::map<std::string, int> uses_;
+  std::unordered_map<std::string, int> uses_;
   std::map<std::string, std::string> alias_;
   std::set<std::string> outputs_;
 };

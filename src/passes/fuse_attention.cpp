@@ -47,9 +47,9 @@ class Matcher {
     for (size_t i = 0; i < f.ops.size(); ++i) {
       define_outputs(f.ops[i], values_);
       for (auto& o : f.ops[i].outputs) producer_[o.name] = i;
-      for (auto& in : f.ops[i].inputs) passes::for_each_var(in.arg, [&](const std::string& v) { ++uses_[v]; });
     }
-    for (auto& o : f.outputs) ++uses_[o], outputs_.insert(o);
+    uses_ = passes::count_uses(f);
+    outputs_.insert(f.outputs.begin(), f.outputs.end());
   }
 
   void run() {
@@ -316,7 +316,7 @@ class Matcher {
   const Function& f_;
   ValueTable values_;
   std::map<std::string, size_t> producer_;
-  std::map<std::string, int> uses_;
+  std::unordered_map<std::string, int> uses_;
   std::set<std::string> outputs_, claimed_;
 };
 

@@ -77,10 +77,9 @@ class Fuser {
     for (size_t i = 0; i < f.ops.size(); ++i) {
       define_outputs(f.ops[i], values_);
       for (const Output& o : f.ops[i].outputs) producer_[o.name] = i;
-      for (const Input& in : f.ops[i].inputs)
-        passes::for_each_var(in.arg, [&](const std::string& v) { ++uses_[v]; });
     }
-    for (const std::string& o : f.outputs) ++uses_[o], outputs_.insert(o);
+    uses_ = passes::count_uses(f);
+    outputs_.insert(f.outputs.begin(), f.outputs.end());
   }
 
   void run() {

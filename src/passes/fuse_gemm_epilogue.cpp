@@ -51,16 +51,11 @@ class Matcher {
     for (size_t i = 0; i < f.ops.size(); ++i) {
       scope.define(f.ops[i]);
       for (const Input& in : f.ops[i].inputs)
-        passes::for_each_var(in.arg, [&](const std::string& v) {
-          ++uses_[v];
-          users_[v].push_back(i);
-        });
+        passes::for_each_var(in.arg, [&](const std::string& v) { users_[v].push_back(i); });
     }
     values_ = std::move(scope.values);
-    for (const std::string& o : f.outputs) {
-      outputs_.insert(o);
-      ++uses_[o];
-    }
+    uses_ = passes::count_uses(f);
+    outputs_.insert(f.outputs.begin(), f.outputs.end());
   }
 
   std::optional<Fusion> match(size_t i) const {
@@ -277,7 +272,7 @@ class Matcher {
 
   const Function& f_;
   ValueTable values_;
-  std::map<std::string, int> uses_;
+  std::unordered_map<std::string, int> uses_;
   std::map<std::string, std::vector<size_t>> users_;
   std::set<std::string> outputs_;
   mutable ValueInfo tmp_;

@@ -50,9 +50,8 @@ class Matcher {
     for (size_t i = 0; i < f.ops.size(); ++i) {
       scope_.define(f.ops[i]);
       for (const Output& o : f.ops[i].outputs) producer_[o.name] = i;
-      for (const Input& in : f.ops[i].inputs)
-        passes::for_each_var(in.arg, [&](const std::string& v) { ++uses_[v]; });
     }
+    uses_ = passes::count_uses(f);
     for (const std::string& o : f.outputs) uses_[o] += 1000;  // never absorbed
   }
 
@@ -253,7 +252,7 @@ class Matcher {
   const Function& f_;
   Scope scope_;
   std::map<std::string, size_t> producer_;
-  std::map<std::string, int> uses_;
+  std::unordered_map<std::string, int> uses_;
 };
 
 void fuse_function(Function& f, bool bare) {

@@ -160,6 +160,14 @@ void for_each_var(const Arg& a, const std::function<void(const std::string&)>& f
   for (const Arg& e : a.elems) for_each_var(e, fn);
 }
 
+std::unordered_map<std::string, int> count_uses(const Function& f) {
+  std::unordered_map<std::string, int> uses;
+  for (const Op& op : f.ops)
+    for (const Input& in : op.inputs) for_each_var(in.arg, [&](const std::string& v) { ++uses[v]; });
+  for (const std::string& o : f.outputs) ++uses[o];
+  return uses;
+}
+
 std::set<std::string> names_read(const Function& f) {
   std::set<std::string> read(f.outputs.begin(), f.outputs.end());
   for (const Op& op : f.ops)

@@ -103,6 +103,10 @@ void for_each_var(const Arg& a, const std::function<void(const std::string&)>& f
 
 // The names that f's ops and outputs read.
 std::set<std::string> names_read(const Function& f);
+// How many times each value is read: once per reading op argument (tuple
+// elements included) and once more for each function output it is. Values
+// never read are absent. Fusion passes absorb a value only when it is read once.
+std::unordered_map<std::string, int> count_uses(const Function& f);
 // Removes the `const` ops whose values were read before a rewrite
 // (`read_before`) and are no longer read; constants that were unused to
 // begin with are dce's business.

@@ -23,6 +23,7 @@
 #include "milrt/error.h"
 #include "milrt/mil.h"
 #include "milrt/npy.h"
+#include "passes/rewriter.h"
 
 namespace milrt::cli {
 namespace {
@@ -35,21 +36,13 @@ struct Args {
   bool overwrite = false;
 };
 
-void count_uses(const Arg& a, std::map<std::string, int>& uses) {
-  if (a.kind == Arg::Kind::Var) ++uses[a.var];
-  for (const Arg& e : a.elems) count_uses(e, uses);
-}
-
 // coremlc writes an iOS18 constexpr op's inputs as inline literals
 // (`constexpr_blockwise_shift_scale(data = tensor<int8, [..]>(BLOBFILE(..)),
 // scale = ..)`, see mil-format.md), not as references to const ops; the
 // builder makes const ops, so those used only by the constexpr op are folded
 // into it here.
 void inline_constexpr_inputs(Function& f) {
-  std::map<std::string, int> uses;
-  for (const Op& op : f.ops)
-    for (const Input& in : op.inputs) count_uses(in.arg, uses);
-  for (const std::string& o : f.outputs) ++uses[o];
+  std::unordered_map<std::string, int> uses = passes::count_uses(f);
   std::map<std::string, const Op*> consts;
   for (const Op& op : f.ops)
     if (op.type == "const" && op.outputs.size() == 1 && op.arg("val") && op.arg("val")->kind == Arg::Kind::Const)
