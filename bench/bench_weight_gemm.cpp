@@ -1,7 +1,10 @@
 // kernels::weight_gemm throughput on Stories110M's matrix shapes (not a test).
 //
 //   OMP_WAIT_POLICY=passive ./bench_weight_gemm [--threads 2] [--reps 21] [--json out.json]
+//                                               [--isa generic|avx2|avx512|amx] [--decode-only 1]
 //
+// --isa sets MILRT_ISA (default: the environment's, else the best path);
+// --decode-only 1 times M=1 only (skips M=2..8 and M=256).
 // For threads 1, 2, 4 .. --threads, the median of --reps runs of:
 //   M=1 (decode)   y = x·Wᵀ for each weight format (f32, f16, bf16, q8 with
 //                  blocks of 32) and, as the baseline, kernels::gemv_rows_f32
@@ -29,6 +32,7 @@
 #include "kernels/threads.h"
 #include "kernels/weight_gemm.h"
 #include "milrt/dtype.h"
+#include "milrt/error.h"
 
 namespace k = milrt::kernels;
 using Clock = std::chrono::steady_clock;
@@ -119,10 +123,19 @@ struct Shape {
 int main(int argc, char** argv) {
   int max_threads = 2, reps = 21;
   const char* json = nullptr;
+  bool decode_only = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--threads")) max_threads = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--reps")) reps = std::max(1, std::atoi(argv[i + 1]));
     if (!std::strcmp(argv[i], "--json")) json = argv[i + 1];
+    if (!std::strcmp(argv[i], "--isa")) setenv("MILRT_ISA", argv[i + 1], 1);
+    if (!std::strcmp(argv[i], "--decode-only")) decode_only = std::atoi(argv[i + 1]) != 0;
+  }
+  try {
+    k::reload_isa();
+  } catch (const milrt::Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
   }
   std::string records;
   auto record = [&](const char* kind, const char* format, int64_t M, Shape s, int threads, double sec, double rate,
@@ -164,7 +177,7 @@ int main(int argc, char** argv) {
         std::printf("  M=1 %-14s %8.1f us %7.1f GB/s (best %7.1f GB/s)\n", name, t.median * 1e6,
                     one.bytes / t.median / 1e9, one.bytes / t.min / 1e9);
         record("decode", name, 1, s, threads, t.median, one.bytes / t.median / 1e9, "GBps");
-        if (fi >= 0 && s.n == 2048) {
+        if (fi >= 0 && s.n == 2048 && !decode_only) {
           // Rows of A per call: streaming up to the threshold, panels above.
           std::printf("   M=2..8 time / M=1 time:");
           for (int64_t M = 2; M <= 8; ++M) {
@@ -176,6 +189,7 @@ int main(int argc, char** argv) {
           std::printf("\n");
         }
       }
+      if (decode_only) continue;
       // M = 256: panels through the fp32 GEMM.
       const int64_t M = 256;
       const double flop = 2.0 * double(M) * double(s.n) * double(s.k);

@@ -3,8 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "kernels/cpu_features.h"
 #include "kernels/generic/adamw.h"
@@ -168,7 +172,7 @@ TEST(AdamWOpt, ZeroGradientsOnlyDecayMatrices) {
     EXPECT_FLOAT_EQ(params.at("w").ptr<float>()[i], before.at("w").ptr<float>()[i] * 0.95f);
 }
 
-// Thread counts and kernel paths (generic loop, AVX-512 intrinsics) all give the same bits.
+// Thread counts and kernel paths (generic loop, AVX2 and AVX-512 intrinsics) all give the same bits.
 TEST(AdamWOpt, KernelIndependentOfThreadsAndPath) {
   std::mt19937 rng(5);
   const int64_t n = 1000003;  // several chunks and a ragged tail
@@ -215,6 +219,72 @@ TEST(AdamWOpt, KernelIndependentOfThreadsAndPath) {
 }
 
 // Saving the state mid-run and resuming in a fresh optimizer continues exactly.
+// Every usable kernel path on sizes around its vector widths (8 and 16 lanes,
+// masked tails) and on awkward values (zero gradient and second moment,
+// subnormals, large magnitudes): the same bits as the generic loop, each
+// element within a few ulps of the formula in fp64, and nothing written past n.
+TEST(AdamWOpt, KernelPathsBitIdenticalOnTailsAndEdgeValues) {
+  std::mt19937 rng(6);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const kernels::AdamWStep s{0.9f, 0.999f, 1e-8f, 0.7f, 3e-3f, 1.3f, 0.98f};
+  const char* old_isa = std::getenv("MILRT_ISA");
+  const std::string saved = old_isa ? old_isa : "";
+  kernels::set_num_threads(1);
+  for (int64_t n : {1, 2, 7, 8, 9, 15, 16, 17, 31, 33, 100}) {
+    const size_t len = size_t(n);
+    std::vector<float> p(len), g(len), m(len), v(len);
+    for (int64_t i = 0; i < n; ++i) {
+      p[size_t(i)] = nd(rng), g[size_t(i)] = nd(rng), m[size_t(i)] = 0.1f * nd(rng);
+      v[size_t(i)] = std::fabs(0.1f * nd(rng));
+      switch (i % 7) {
+        case 1: g[size_t(i)] = 0, m[size_t(i)] = 0, v[size_t(i)] = 0; break;  // den = eps exactly
+        case 3: g[size_t(i)] *= 1e-40f, v[size_t(i)] = 1e-41f; break;          // subnormals
+        case 5: g[size_t(i)] *= 1e15f, p[size_t(i)] *= 1e30f; break;           // g² near fp32's range
+        default: break;
+      }
+    }
+    const float kSentinel = -12345.0f;
+    std::vector<std::vector<float>> outs;
+    for (kernels::Isa isa : kernels::usable_isas()) {
+      setenv("MILRT_ISA", std::string(kernels::isa_name(isa)).c_str(), 1);
+      kernels::reload_isa();
+      // One extra element past n that no path may touch.
+      std::vector<float> pp(p), mm(m), vv(v);
+      for (auto* x : {&pp, &mm, &vv}) x->push_back(kSentinel);
+      kernels::adamw_update_f32(pp.data(), g.data(), mm.data(), vv.data(), n, s);
+      for (auto* x : {&pp, &mm, &vv}) ASSERT_EQ(x->back(), kSentinel) << kernels::isa_name(isa) << " n " << n;
+      std::vector<float> all(pp.begin(), pp.end() - 1);
+      all.insert(all.end(), mm.begin(), mm.end() - 1);
+      all.insert(all.end(), vv.begin(), vv.end() - 1);
+      if (!outs.empty()) {
+        ASSERT_EQ(std::memcmp(all.data(), outs[0].data(), all.size() * 4), 0) << kernels::isa_name(isa) << " n " << n;
+      }
+      outs.push_back(std::move(all));
+    }
+    // The generic results against the formula in fp64 with the same fp32
+    // constants; each bound is a few roundings of the terms' magnitudes
+    // (terms may cancel), plus the spacing of subnormals.
+    const double u = 0x1p-24, tiny = 1e-44;
+    const double b1 = 0.9f, c1 = 1.0f - 0.9f, b2 = 0.999f, c2 = 1.0f - 0.999f;
+    for (int64_t i = 0; i < n; ++i) {
+      const double gi = double(g[size_t(i)]) * double(s.grad_scale);
+      const double mi = b1 * m[size_t(i)] + c1 * gi, mi_mag = std::fabs(b1 * m[size_t(i)]) + std::fabs(c1 * gi);
+      const double vi = b2 * v[size_t(i)] + c2 * gi * gi;  // both terms >= 0
+      const double den = std::sqrt(vi) * double(s.inv_sqrt_bc2) + double(s.eps);
+      const double step = double(s.step_size) * mi / den, step_mag = double(s.step_size) * mi_mag / den;
+      const double pd = double(p[size_t(i)]) * double(s.decay);
+      EXPECT_NEAR(outs[0][size_t(i)], pd - step, 8 * u * (std::fabs(pd) + step_mag) + tiny)
+          << "p n " << n << " i " << i;
+      EXPECT_NEAR(outs[0][size_t(n + i)], mi, 4 * u * mi_mag + tiny) << "m n " << n << " i " << i;
+      EXPECT_NEAR(outs[0][size_t(2 * n + i)], vi, 4 * u * vi + tiny) << "v n " << n << " i " << i;
+    }
+  }
+  if (old_isa) setenv("MILRT_ISA", saved.c_str(), 1);
+  else unsetenv("MILRT_ISA");
+  kernels::reload_isa();
+  kernels::set_num_threads(0);
+}
+
 TEST(AdamWOpt, StateRoundTripResumesBitIdentical) {
   std::string dir = test::temp_dir("adamw_state");
   std::mt19937 rng(9);

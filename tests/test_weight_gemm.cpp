@@ -2,7 +2,9 @@
 // plain fp64 product written here (weights decoded by hand in fp64), on every
 // usable ISA path, both the streaming path (M <= 4) and the panel path; the
 // fused epilogue against its unfused composition; the same bits for 1, 2 and
-// 3 threads; no allocation on a repeated call; bad arguments -> milrt::Error.
+// 3 threads; NaN padding (past k in W and A) never read; q8 blocks a path's
+// vector width does not divide falling back to the portable loop; no
+// allocation on a repeated call; bad arguments -> milrt::Error.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -132,11 +134,24 @@ std::vector<float> randv(size_t n, float range, std::mt19937& rng) {
 // alpha and bias a few more: (K + 8)·u·(|α|·Σ|a·w| + |bias|), doubled for the
 // activation's slope (<= 1.1 for silu), plus 8u of the result for the
 // activation's own rounding and the residual add.
+// poison: W's padding (f32/f16/bf16) and A's hold NaN instead, which a
+// masked-off lane multiplied by zero would still carry into a sum.
 void check_case(Isa isa, WeightFormat f, int64_t M, int64_t N, int64_t K, int64_t block, Activation act,
-                std::mt19937& rng, float wrange = 1, float arange = 1) {
+                std::mt19937& rng, float wrange = 1, float arange = 1, bool poison = false) {
   const int64_t ld = K + 3, lda = K + 2, ldc = N + 1;
-  const Weight w = make_weight(f, N, K, ld, block, wrange, rng);
-  const std::vector<float> a = randv(size_t(M * lda), arange, rng), bias = randv(size_t(N), 1, rng);
+  Weight w = make_weight(f, N, K, ld, block, wrange, rng);
+  std::vector<float> a = randv(size_t(M * lda), arange, rng);
+  const std::vector<float> bias = randv(size_t(N), 1, rng);
+  if (poison) {
+    for (int64_t j = 0; j < N; ++j)
+      for (int64_t i = K; i < ld; ++i) {
+        if (f == WeightFormat::f32) w.f32[size_t(j * ld + i)] = NAN;
+        if (f == WeightFormat::f16) w.u16[size_t(j * ld + i)] = 0x7E00;
+        if (f == WeightFormat::bf16) w.u16[size_t(j * ld + i)] = 0x7FC0;
+      }
+    for (int64_t r = 0; r < M; ++r)
+      for (int64_t i = K; i < lda; ++i) a[size_t(r * lda + i)] = NAN;
+  }
   std::vector<float> c = randv(size_t(M * ldc), 1, rng);
   const std::vector<float> c0 = c;
   Epilogue ep;
@@ -170,16 +185,21 @@ struct NK {
   int64_t n, k, block;  // block: q8 only
 };
 
-// Awkward N and K for f32/f16/bf16; for q8 the K values each block divides.
-const NK kPlain[] = {{1, 1, 0}, {15, 17, 0}, {17, 33, 0}, {33, 100, 0}, {100, 15, 0}, {65, 64, 0}};
-const NK kQ8[] = {{1, 1, 1},   {15, 17, 1},  {17, 33, 1},  {33, 100, 1}, {100, 8, 8},
-                  {17, 40, 8}, {15, 104, 8}, {33, 32, 32}, {100, 96, 32}, {17, 64, 64}, {1, 192, 64}};
+// Awkward N and K for f32/f16/bf16 (N around the 8-row groups of the
+// streaming loops, K around 8- and 16-lane vectors); for q8 the K values each
+// block divides, blocks that the AVX2 (8) and AVX-512 (16) loops take and
+// ones they leave to the portable loop (1, 4, 12, 24 for AVX-512).
+const NK kPlain[] = {{1, 1, 0},  {15, 17, 0}, {17, 33, 0}, {33, 100, 0}, {100, 15, 0},
+                     {65, 64, 0}, {9, 7, 0},  {8, 9, 0},   {23, 1, 0},   {7, 40, 0}};
+const NK kQ8[] = {{1, 1, 1},    {15, 17, 1},  {17, 33, 1},  {33, 100, 1}, {100, 8, 8},   {17, 40, 8},
+                  {15, 104, 8}, {9, 16, 16},  {23, 48, 16}, {7, 24, 24},  {17, 36, 12},  {9, 20, 4},
+                  {33, 32, 32}, {100, 96, 32}, {17, 64, 64}, {1, 192, 64}};
 
 TEST(WeightGemm, MatchesFp64EveryFormatShapeAndIsa) {
   std::mt19937 rng(11);
   for (Isa isa : usable_isas())
     for (WeightFormat f : kFormats)
-      for (int64_t M : {1, 2, 3, 5, 17, 64}) {
+      for (int64_t M : {1, 2, 3, 4, 5, 17, 64}) {
         if (f == WeightFormat::q8)
           for (NK s : kQ8) check_case(isa, f, M, s.n, s.k, s.block, Activation::silu, rng);
         else
@@ -233,6 +253,34 @@ TEST(WeightGemm, EdgeValues) {
       ep.bias = bias.data();
       weight_gemm(M, a.data(), K, z.ref(), c.data(), N, ep, isa);
       for (float v : c) ASSERT_EQ(v, 2.0f);
+    }
+}
+
+TEST(WeightGemm, NaNPaddingIsNeverRead) {
+  std::mt19937 rng(17);
+  for (Isa isa : usable_isas())
+    for (WeightFormat f : {WeightFormat::f32, WeightFormat::f16, WeightFormat::bf16})
+      for (int64_t M : {1, 2, 3, 4, 5})
+        for (int64_t K : {1, 7, 9, 15, 17, 33})
+          check_case(isa, f, M, 19, K, 0, Activation::none, rng, 1, 1, /*poison=*/true);
+}
+
+// A q8 block no vector width divides streams through the portable loop on
+// every path: the same bits as generic (the panel path's gemm differs by ISA).
+TEST(WeightGemm, Q8OddBlocksStreamLikeGeneric) {
+  std::mt19937 rng(18);
+  for (NK s : {NK{17, 36, 12}, NK{9, 20, 4}, NK{15, 17, 1}, NK{8, 60, 20}})
+    for (int64_t M : {1, 2, 3, 4}) {
+      const Weight w = make_weight(WeightFormat::q8, s.n, s.k, s.k, s.block, 1, rng);
+      const std::vector<float> a = randv(size_t(M * s.k), 1, rng);
+      std::vector<float> want(size_t(M * s.n));
+      weight_gemm(M, a.data(), s.k, w.ref(), want.data(), s.n, {}, Isa::generic);
+      for (Isa isa : usable_isas()) {
+        std::vector<float> c(size_t(M * s.n));
+        weight_gemm(M, a.data(), s.k, w.ref(), c.data(), s.n, {}, isa);
+        ASSERT_EQ(std::memcmp(c.data(), want.data(), c.size() * 4), 0)
+            << isa_name(isa) << " block " << s.block << " M " << M;
+      }
     }
 }
 

@@ -18,13 +18,16 @@
 //    the thread count or the N split, so neither do these.
 // Called from inside a parallel region, weight_gemm runs serially.
 //
-// Paths (isa): avx512 and amx run the AVX-512 streaming rows (vcvtph2ps for
-// fp16, a 16-bit shift for bf16, vpmovsxbd + vcvtdq2ps for q8 with
-// block % 16 == 0); generic and avx2 run portable C++ (as does q8 with a block
-// that is not a multiple of 16). Paths sum in different orders, so they agree
-// to within the rounding of a K-term fp32 sum, not bit for bit. Up to 4 rows
-// stream: measured on Zen 5 (bench_weight_gemm), 2-4 streamed rows cost
-// 1-2x one row, while the panel path at 5-8 rows costs 5-8x.
+// Paths (isa): avx512 and amx run the AVX-512 streaming rows and panel
+// widening (vcvtph2ps for fp16, a 16-bit shift for bf16, vpmovsxbd +
+// vcvtdq2ps for q8 with block % 16 == 0); avx2 runs the same structure in
+// 8-lane AVX2+FMA+F16C loops (q8 with block % 8 == 0); generic runs portable
+// C++, as does streaming q8 with a block the path's vector width does not
+// divide. Paths sum in different orders (and AVX paths fuse multiply-adds),
+// so they agree to within the rounding of a K-term fp32 sum, not bit for bit;
+// widened panels are exact on every path, so only gemm's own path differs.
+// Up to 4 rows stream: measured on Zen 5 (bench_weight_gemm), 2-4 streamed
+// rows cost 1-2x one row, while the panel path at 5-8 rows costs 5-8x.
 #pragma once
 #include <cstdint>
 

@@ -14,6 +14,7 @@ namespace milrt::kernels {
 
 #if defined(__x86_64__)
 void adamw_update_f32_avx512(float* p, const float* g, float* m, float* v, int64_t n, const AdamWStep& s);
+void adamw_update_f32_avx2(float* p, const float* g, float* m, float* v, int64_t n, const AdamWStep& s);
 #endif
 
 namespace {
@@ -22,7 +23,8 @@ namespace {
 constexpr int64_t kChunk = int64_t(1) << 16;
 
 // The portable path. It stays scalar (std::sqrt sets errno, so the compiler
-// will not vectorize it); x86/adamw_avx512.cpp is the fast path, same bits.
+// will not vectorize it); x86/adamw_avx512.cpp and x86/adamw_avx2.cpp are the
+// fast paths, same bits.
 void update_generic(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
                     int64_t n, const AdamWStep& s) {
   const float b1 = s.beta1, c1 = 1.0f - s.beta1, b2 = s.beta2, c2 = 1.0f - s.beta2;
@@ -41,6 +43,7 @@ using UpdateFn = void (*)(float*, const float*, float*, float*, int64_t, const A
 UpdateFn update_for_isa() {
 #if defined(__x86_64__)
   if (current_isa() >= Isa::avx512) return adamw_update_f32_avx512;
+  if (current_isa() == Isa::avx2) return adamw_update_f32_avx2;
 #endif
   return update_generic;
 }

@@ -1,7 +1,8 @@
 // weight_gemm (kernels/weight_gemm.h): argument checks, the choice between
 // streaming rows (small M) and widened panels fed to gemm (larger M), the
 // thread split, the epilogue, and the portable streaming/widening loops. The
-// AVX-512 loops live in x86/weight_gemm_avx512.cpp.
+// AVX-512 loops live in x86/weight_gemm_avx512.cpp, the AVX2 ones in
+// x86/weight_gemm_avx2.cpp.
 #include "kernels/weight_gemm.h"
 
 #include <omp.h>
@@ -24,6 +25,10 @@ void weight_rows_avx512(const WeightRef& w, int64_t j0, int64_t j1, int M, const
                         int64_t ldo);
 // Rows [j0, j1) of W as fp32 into dst [(j1 - j0), w.k] (q8: scale·q per element).
 void widen_rows_avx512(const WeightRef& w, int64_t j0, int64_t j1, float* dst);
+// The same two for AVX2+FMA+F16C.
+void weight_rows_avx2(const WeightRef& w, int64_t j0, int64_t j1, int M, const float* a, int64_t lda, float* out,
+                      int64_t ldo);
+void widen_rows_avx2(const WeightRef& w, int64_t j0, int64_t j1, float* dst);
 
 namespace {
 
@@ -69,6 +74,16 @@ bool wide(Isa isa) { return isa == Isa::avx512 || isa == Isa::amx; }
 
 // The AVX-512 q8 loop works on whole 16-lane vectors of one block.
 bool avx512_handles(const WeightRef& w) { return w.format != WeightFormat::q8 || w.block % 16 == 0; }
+// The AVX2 one on whole 8-lane vectors.
+bool avx2_handles(const WeightRef& w) { return w.format != WeightFormat::q8 || w.block % 8 == 0; }
+
+// Which streaming rows run.
+enum class RowsPath : uint8_t { generic, avx2, avx512 };
+RowsPath rows_path(Isa isa, const WeightRef& w) {
+  if (wide(isa)) return avx512_handles(w) ? RowsPath::avx512 : RowsPath::generic;
+  if (isa == Isa::avx2 && avx2_handles(w)) return RowsPath::avx2;
+  return RowsPath::generic;
+}
 
 // ---- portable loops -----------------------------------------------------------
 
@@ -171,19 +186,20 @@ void stream(int64_t M, const float* a, int64_t lda, const WeightRef& w, float* c
   int threads = 1;
   if (double(M) * double(N) * double(w.k) >= kMinParallelMacs && !omp_in_parallel()) threads = num_threads();
   threads = int(std::min<int64_t>(threads, blocks));
-  const bool vec = wide(isa) && avx512_handles(w);
+  const RowsPath path = rows_path(isa, w);
   auto block = [&](int64_t b) {
     const int64_t j0 = b * kStreamBlock, j1 = std::min(N, j0 + kStreamBlock);
     // Not C itself: the residual may be C.
     float dot[kStreamMaxM * kStreamBlock];
     if (w.k == 0) std::fill(dot, dot + M * kStreamBlock, 0.0f);
 #if defined(__x86_64__)
-    else if (vec) weight_rows_avx512(w, j0, j1, int(M), a, lda, dot, kStreamBlock);
+    else if (path == RowsPath::avx512) weight_rows_avx512(w, j0, j1, int(M), a, lda, dot, kStreamBlock);
+    else if (path == RowsPath::avx2) weight_rows_avx2(w, j0, j1, int(M), a, lda, dot, kStreamBlock);
 #endif
     else weight_rows_generic(w, j0, j1, int(M), a, lda, dot, kStreamBlock);
     finish(dot, kStreamBlock, int(M), 0, j0, j1, c, ldc, ep);
   };
-  (void)vec;
+  (void)path;
   if (threads <= 1) {
     for (int64_t b = 0; b < blocks; ++b) block(b);
     return;
@@ -223,15 +239,16 @@ void panels(int64_t M, const float* a, int64_t lda, const WeightRef& w, float* c
   // Rows per panel: a multiple of 16 (whole gemm column panels), 16..256.
   const int64_t rows = std::clamp<int64_t>(kPanelElems / K / 16 * 16, 16, 256);
   const int64_t count = (N + rows - 1) / rows;
-  const bool vec = wide(isa);
+  // Widening is exact (q8: one rounding of scale·q on every path), so the
+  // panels hold the same bits whichever loop wrote them.
   auto panel = [&](int64_t p) {
     const int64_t j0 = p * rows, j1 = std::min(N, j0 + rows);
     float* buf = t_panel.get(size_t(rows * K));
 #if defined(__x86_64__)
-    if (vec) widen_rows_avx512(w, j0, j1, buf);
+    if (wide(isa)) widen_rows_avx512(w, j0, j1, buf);
+    else if (isa == Isa::avx2) widen_rows_avx2(w, j0, j1, buf);
     else widen_rows_generic(w, j0, j1, buf);
 #else
-    (void)vec;
     widen_rows_generic(w, j0, j1, buf);
 #endif
     Epilogue e = ep;
@@ -242,13 +259,16 @@ void panels(int64_t M, const float* a, int64_t lda, const WeightRef& w, float* c
   };
   // gemm's sums do not depend on how N is split or on its threads, so either
   // split gives the same bits: panels over threads when there are enough of
-  // them, else one panel at a time with gemm spreading it.
+  // them, else one panel at a time with gemm spreading it. Static, not
+  // dynamic: every thread then runs a panel on every call, so the first call
+  // sizes every thread's scratch (with dynamic, a thread that a busy machine
+  // starved of panels allocated on a later call).
   const int threads = omp_in_parallel() ? 1 : num_threads();
   if (threads <= 1 || count < threads) {
     for (int64_t p = 0; p < count; ++p) panel(p);
     return;
   }
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+#pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t p = 0; p < count; ++p) panel(p);
 }
 

@@ -1,0 +1,231 @@
+// weight_gemm's AVX2 loops (see kernels/weight_gemm.h): weight rows streamed
+// once against up to four rows of A, and panel widening, for CPUs with
+// AVX2+FMA+F16C but no AVX-512 (Zen 1-4 desktops, most laptops). Weights are
+// widened in registers right after the load: fp16 with vcvtph2ps, bf16 by a
+// 16-bit shift into an fp32 word (exact), int8 with vpmovsxbd + vcvtdq2ps
+// (exact). Compiled through the target attribute (no special flags), so any
+// inline code from shared headers this file instantiates stays baseline x86-64;
+// only called when the avx2 path is usable (generic/weight_gemm.cpp).
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/weight_gemm.h"
+
+#define MILRT_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+namespace milrt::kernels {
+
+// GCC 12 flags its own `__Y = __Y` idiom in the _mm*_undefined_* intrinsics (GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace {
+
+template <WeightFormat F>
+constexpr size_t kElemBytes = F == WeightFormat::f32 ? 4 : F == WeightFormat::q8 ? 1 : 2;
+
+// Elements k..k+7 of a row as fp32.
+template <WeightFormat F>
+MILRT_AVX2 inline __m256 load8(const void* row, int64_t k) {
+  if constexpr (F == WeightFormat::f32) {
+    return _mm256_loadu_ps(static_cast<const float*>(row) + k);
+  } else if constexpr (F == WeightFormat::f16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(row) + k)));
+  } else if constexpr (F == WeightFormat::bf16) {
+    const __m256i h =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(row) + k)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
+  } else {
+    return _mm256_cvtepi32_ps(
+        _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const int8_t*>(row) + k))));
+  }
+}
+
+// Lanes [0, left) set, left < 8: AVX2 has masked loads for 32-bit lanes only.
+MILRT_AVX2 inline __m256i tail_mask(int64_t left) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(left)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// The last `left` < 8 elements from k as fp32, other lanes zero. fp16/bf16
+// have no masked load, so the tail goes through a zeroed buffer: reading past
+// the row could leave the allocation (ld may equal k), and a zero times
+// whatever padding holds could still be NaN.
+template <WeightFormat F>
+MILRT_AVX2 inline __m256 load_tail(const void* row, int64_t k, int64_t left, __m256i mask) {
+  if constexpr (F == WeightFormat::f32) {
+    return _mm256_maskload_ps(static_cast<const float*>(row) + k, mask);
+  } else {
+    alignas(16) unsigned char buf[16] = {};
+    std::memcpy(buf, static_cast<const std::byte*>(row) + size_t(k) * kElemBytes<F>, size_t(left) * kElemBytes<F>);
+    return load8<F>(buf, 0);
+  }
+}
+
+// Σ of the 8 lanes as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)): the
+// order of the portable loop's eight partial sums.
+MILRT_AVX2 inline float reduce8(__m256 v) {
+  const __m128 q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 h = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+}
+
+// R weight rows from row j against M rows of A, one 8-lane accumulator per
+// (row, A row): element k goes to lane k % 8; the masked tail of K adds into
+// the same accumulator. R·M accumulators + M rows of A + one weight stay in
+// the 16 ymm registers.
+template <WeightFormat F, int M, int R>
+MILRT_AVX2 void rows_plain(const WeightRef& w, int64_t j, const float* a, int64_t lda, float* out, int64_t ldo,
+                           int64_t col) {
+  const int64_t K = w.k;
+  const void* row[R];
+  for (int r = 0; r < R; ++r)
+    row[r] = static_cast<const std::byte*>(w.data) + size_t(j + r) * size_t(w.ld) * kElemBytes<F>;
+  __m256 acc[R][M];
+  for (int r = 0; r < R; ++r)
+    for (int m = 0; m < M; ++m) acc[r][m] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8) {
+    __m256 x[M];
+    for (int m = 0; m < M; ++m) x[m] = _mm256_loadu_ps(a + m * lda + k);
+    for (int r = 0; r < R; ++r) {
+      const __m256 wv = load8<F>(row[r], k);
+      for (int m = 0; m < M; ++m) acc[r][m] = _mm256_fmadd_ps(x[m], wv, acc[r][m]);
+    }
+  }
+  if (k < K) {
+    const __m256i mk = tail_mask(K - k);
+    __m256 x[M];
+    for (int m = 0; m < M; ++m) x[m] = _mm256_maskload_ps(a + m * lda + k, mk);
+    for (int r = 0; r < R; ++r) {
+      const __m256 wv = load_tail<F>(row[r], k, K - k, mk);
+      for (int m = 0; m < M; ++m) acc[r][m] = _mm256_fmadd_ps(x[m], wv, acc[r][m]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int m = 0; m < M; ++m) out[m * ldo + col + r] = reduce8(acc[r][m]);
+}
+
+// q8 with block % 8 == 0 (so K % 8 == 0): per block, Σ a·q in 8 lanes, then
+// one multiply-add by the block's scale into the row's accumulator.
+template <int M, int R>
+MILRT_AVX2 void rows_q8(const WeightRef& w, int64_t j, const float* a, int64_t lda, float* out, int64_t ldo,
+                        int64_t col) {
+  const int64_t K = w.k, block = w.block, nb = K / block;
+  const int8_t* row[R];
+  const float* sc[R];
+  for (int r = 0; r < R; ++r) {
+    row[r] = static_cast<const int8_t*>(w.data) + (j + r) * w.ld;
+    sc[r] = w.scales + (j + r) * nb;
+  }
+  __m256 acc[R][M];
+  for (int r = 0; r < R; ++r)
+    for (int m = 0; m < M; ++m) acc[r][m] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256 bd[R][M];
+    for (int r = 0; r < R; ++r)
+      for (int m = 0; m < M; ++m) bd[r][m] = _mm256_setzero_ps();
+    for (int64_t k = b * block; k < (b + 1) * block; k += 8) {
+      __m256 x[M];
+      for (int m = 0; m < M; ++m) x[m] = _mm256_loadu_ps(a + m * lda + k);
+      for (int r = 0; r < R; ++r) {
+        const __m256 q = load8<WeightFormat::q8>(row[r], k);
+        for (int m = 0; m < M; ++m) bd[r][m] = _mm256_fmadd_ps(x[m], q, bd[r][m]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m256 s = _mm256_set1_ps(sc[r][b]);
+      for (int m = 0; m < M; ++m) acc[r][m] = _mm256_fmadd_ps(bd[r][m], s, acc[r][m]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int m = 0; m < M; ++m) out[m * ldo + col + r] = reduce8(acc[r][m]);
+}
+
+// Weight rows per group: eight for one row of A (eight streams in flight and
+// independent FMA chains), four for two, two for three or four, so the
+// accumulators fit in 16 ymm. q8's block sums take as many registers again:
+// the compiler then keeps a few row accumulators on the stack, touched once
+// per block, while the inner loop stays in registers (on Zen 3, eight q8 rows
+// with those spills beat four without: 17 vs 14 G weights/s from L2). Leftover
+// rows go one by one; a row's sums do not depend on which group it is in.
+template <WeightFormat F, int M>
+MILRT_AVX2 void rows_m(const WeightRef& w, int64_t j0, int64_t j1, const float* a, int64_t lda, float* out,
+                       int64_t ldo) {
+  constexpr int R = M == 1 ? 8 : M == 2 ? 4 : 2;
+  int64_t j = j0;
+  if constexpr (F == WeightFormat::q8) {
+    for (; j + R <= j1; j += R) rows_q8<M, R>(w, j, a, lda, out, ldo, j - j0);
+    for (; j < j1; ++j) rows_q8<M, 1>(w, j, a, lda, out, ldo, j - j0);
+  } else {
+    for (; j + R <= j1; j += R) rows_plain<F, M, R>(w, j, a, lda, out, ldo, j - j0);
+    for (; j < j1; ++j) rows_plain<F, M, 1>(w, j, a, lda, out, ldo, j - j0);
+  }
+}
+
+template <WeightFormat F>
+MILRT_AVX2 void rows_f(const WeightRef& w, int64_t j0, int64_t j1, int M, const float* a, int64_t lda, float* out,
+                       int64_t ldo) {
+  // M > 4 never reaches here (the driver streams at most four rows at once).
+  switch (M) {
+    case 1: rows_m<F, 1>(w, j0, j1, a, lda, out, ldo); break;
+    case 2: rows_m<F, 2>(w, j0, j1, a, lda, out, ldo); break;
+    case 3: rows_m<F, 3>(w, j0, j1, a, lda, out, ldo); break;
+    default: rows_m<F, 4>(w, j0, j1, a, lda, out, ldo); break;
+  }
+}
+
+template <WeightFormat F>
+MILRT_AVX2 void widen_f(const WeightRef& w, int64_t j0, int64_t j1, float* dst) {
+  const int64_t K = w.k;
+  for (int64_t j = j0; j < j1; ++j) {
+    const void* row = static_cast<const std::byte*>(w.data) + size_t(j) * size_t(w.ld) * kElemBytes<F>;
+    float* d = dst + (j - j0) * K;
+    if constexpr (F == WeightFormat::q8) {
+      // scale·q rounded once, as the portable loop does: the same bits.
+      const float* sc = w.scales + j * (K / w.block);
+      if (w.block % 8 == 0) {
+        for (int64_t k = 0; k < K; k += 8)
+          _mm256_storeu_ps(d + k, _mm256_mul_ps(load8<F>(row, k), _mm256_set1_ps(sc[k / w.block])));
+      } else {
+        const int8_t* q = static_cast<const int8_t*>(row);
+        for (int64_t k = 0; k < K; ++k) d[k] = sc[k / w.block] * float(q[k]);
+      }
+    } else {
+      int64_t k = 0;
+      for (; k + 8 <= K; k += 8) _mm256_storeu_ps(d + k, load8<F>(row, k));
+      if (k < K) {
+        const __m256i mk = tail_mask(K - k);
+        _mm256_maskstore_ps(d + k, mk, load_tail<F>(row, k, K - k, mk));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+MILRT_AVX2 void weight_rows_avx2(const WeightRef& w, int64_t j0, int64_t j1, int M, const float* a, int64_t lda,
+                                 float* out, int64_t ldo) {
+  switch (w.format) {
+    case WeightFormat::f32: rows_f<WeightFormat::f32>(w, j0, j1, M, a, lda, out, ldo); break;
+    case WeightFormat::f16: rows_f<WeightFormat::f16>(w, j0, j1, M, a, lda, out, ldo); break;
+    case WeightFormat::bf16: rows_f<WeightFormat::bf16>(w, j0, j1, M, a, lda, out, ldo); break;
+    case WeightFormat::q8: rows_f<WeightFormat::q8>(w, j0, j1, M, a, lda, out, ldo); break;
+  }
+}
+
+MILRT_AVX2 void widen_rows_avx2(const WeightRef& w, int64_t j0, int64_t j1, float* dst) {
+  switch (w.format) {
+    case WeightFormat::f32: widen_f<WeightFormat::f32>(w, j0, j1, dst); break;
+    case WeightFormat::f16: widen_f<WeightFormat::f16>(w, j0, j1, dst); break;
+    case WeightFormat::bf16: widen_f<WeightFormat::bf16>(w, j0, j1, dst); break;
+    case WeightFormat::q8: widen_f<WeightFormat::q8>(w, j0, j1, dst); break;
+  }
+}
+
+#pragma GCC diagnostic pop
+
+}  // namespace milrt::kernels
+#endif
