@@ -21,6 +21,7 @@
 #include "kernels/gemm.h"
 #include "kernels/gemm_micro.h"
 #include "kernels/gemv.h"
+#include "kernels/grow_buffer.h"
 #include "kernels/threads.h"
 #include "milrt/dtype.h"
 #include "milrt/error.h"
@@ -158,24 +159,8 @@ AlignedBytes aligned_alloc_bytes(size_t n) {
   return AlignedBytes(static_cast<std::byte*>(::operator new[](std::max<size_t>(n, 64), std::align_val_t(64))));
 }
 
-// Per-thread scratch that only grows: no allocation once a plan's shapes were seen.
-class Scratch {
- public:
-  void* get(size_t bytes) {
-    if (bytes > cap_) {
-      buf_ = aligned_alloc_bytes(bytes);
-      cap_ = bytes;
-    }
-    return buf_.get();
-  }
-
- private:
-  AlignedBytes buf_;
-  size_t cap_ = 0;
-};
-
 struct ThreadScratch {
-  Scratch a, b, acc;
+  GrowBuffer a, b, acc;
 };
 thread_local ThreadScratch t_scratch;
 

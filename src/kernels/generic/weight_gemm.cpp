@@ -13,6 +13,7 @@
 #include <string>
 
 #include "kernels/gemm_micro.h"
+#include "kernels/grow_buffer.h"
 #include "kernels/threads.h"
 #include "milrt/dtype.h"
 #include "milrt/error.h"
@@ -210,26 +211,8 @@ void stream(int64_t M, const float* a, int64_t lda, const WeightRef& w, float* c
 
 // ---- panel path -----------------------------------------------------------------
 
-struct AlignedFree {
-  void operator()(float* p) const { ::operator delete[](p, std::align_val_t(64)); }
-};
-
-// Per-thread panel buffer that only grows: no allocation once the shapes were seen.
-class PanelScratch {
- public:
-  float* get(size_t elems) {
-    if (elems > cap_) {
-      buf_.reset(static_cast<float*>(::operator new[](elems * sizeof(float), std::align_val_t(64))));
-      cap_ = elems;
-    }
-    return buf_.get();
-  }
-
- private:
-  std::unique_ptr<float, AlignedFree> buf_;
-  size_t cap_ = 0;
-};
-thread_local PanelScratch t_panel;
+// Per-thread panel buffer: no allocation once the shapes were seen.
+thread_local GrowBuffer t_panel;
 
 size_t elem_bytes(ElemType t) { return t == ElemType::f32 ? 4 : 2; }
 
@@ -243,7 +226,7 @@ void panels(int64_t M, const float* a, int64_t lda, const WeightRef& w, float* c
   // panels hold the same bits whichever loop wrote them.
   auto panel = [&](int64_t p) {
     const int64_t j0 = p * rows, j1 = std::min(N, j0 + rows);
-    float* buf = t_panel.get(size_t(rows * K));
+    float* buf = t_panel.get_as<float>(size_t(rows * K));
 #if defined(__x86_64__)
     if (wide(isa)) widen_rows_avx512(w, j0, j1, buf);
     else if (isa == Isa::avx2) widen_rows_avx2(w, j0, j1, buf);
