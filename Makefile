@@ -3,7 +3,7 @@
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= $(shell nproc)
-DEBS := cmake ninja-build g++ libgtest-dev libfmt-dev libcli11-dev nlohmann-json3-dev python3-numpy
+DEBS := cmake ninja-build g++ libgtest-dev libfmt-dev libcli11-dev nlohmann-json3-dev python3-numpy libdnnl-dev
 
 .PHONY: run example test build deps test-asan clean
 

@@ -28,97 +28,18 @@
 #include "kernels/threads.h"
 #include "milrt/dtype.h"
 #include "milrt/error.h"
+#include "support/gemm_matrices.h"
 
 namespace {
 
 namespace k = milrt::kernels;
+using namespace milrt::test;
 using k::Activation;
 using k::ElemType;
 using k::GemmMath;
 using k::Isa;
 
-constexpr double kU32 = 1.0 / (1 << 24);  // fp32 unit roundoff
-
-// Relative rounding bound of a storage type (half an ulp).
-double unit_roundoff(ElemType t) {
-  switch (t) {
-    case ElemType::f32: return kU32;
-    case ElemType::f16: return 1.0 / (1 << 11);
-    case ElemType::bf16: return 1.0 / (1 << 8);
-  }
-  return 0;
-}
-
-const char* type_name(ElemType t) {
-  switch (t) {
-    case ElemType::f32: return "f32";
-    case ElemType::f16: return "f16";
-    case ElemType::bf16: return "bf16";
-  }
-  return "?";
-}
-
-double round_to(ElemType t, double v) {
-  switch (t) {
-    case ElemType::f32: return float(v);
-    case ElemType::f16: return milrt::f16_to_f32(milrt::f32_to_f16(float(v)));
-    case ElemType::bf16: return milrt::bf16_to_f32(milrt::f32_to_bf16(float(v)));
-  }
-  return v;
-}
-
-// ---- matrices ----------------------------------------------------------------
-
-// A logical rows×cols matrix of the exact values a kernel should see.
-struct Logical {
-  int64_t rows = 0, cols = 0;
-  std::vector<double> v;
-  double at(int64_t r, int64_t c) const { return v[r * cols + c]; }
-};
-
-// Uniform values in [-1, 1], exactly representable in `t`.
-Logical random_logical(int64_t rows, int64_t cols, uint32_t seed, ElemType t = ElemType::f32) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  Logical x{rows, cols, std::vector<double>(size_t(rows * cols))};
-  for (double& e : x.v) e = round_to(t, dist(rng));
-  return x;
-}
-
-Logical rounded(const Logical& x, ElemType t) {
-  Logical r = x;
-  for (double& e : r.v) e = round_to(t, e);
-  return r;
-}
-
-// A matrix in memory: f32 or bf16, optionally stored transposed, with `pad`
-// NaN elements after every stored row.
-class Stored {
- public:
-  Stored(const Logical& x, ElemType type, bool trans, int64_t pad) : type_(type), trans_(trans) {
-    const int64_t srows = trans ? x.cols : x.rows, slen = trans ? x.rows : x.cols;
-    ld_ = slen + pad;
-    const size_t n = size_t(std::max<int64_t>(srows * ld_, 1));
-    if (type == ElemType::f32) f_.assign(n, std::numeric_limits<float>::quiet_NaN());
-    else h_.assign(n, 0x7fc0);
-    for (int64_t r = 0; r < x.rows; ++r)
-      for (int64_t c = 0; c < x.cols; ++c) {
-        const int64_t i = trans ? c * ld_ + r : r * ld_ + c;
-        if (type == ElemType::f32) f_[i] = float(x.at(r, c));
-        else h_[i] = milrt::f32_to_bf16(float(x.at(r, c)));
-      }
-  }
-  k::MatrixRef ref() const {
-    return {type_ == ElemType::f32 ? static_cast<const void*>(f_.data()) : h_.data(), type_, ld_, trans_};
-  }
-
- private:
-  ElemType type_;
-  bool trans_;
-  int64_t ld_ = 0;
-  std::vector<float> f_;
-  std::vector<uint16_t> h_;
-};
+// ---- matrices (Logical, Stored: support/gemm_matrices.h) ----------------------
 
 // An M×N output (or residual) buffer of any type with `pad` sentinel
 // elements after every row.

@@ -8,12 +8,18 @@
 // batches of A are consecutive rows and the whole product is one GEMM with
 // batches·M rows. A weight W [N, K] kept compact (int8 with block scales
 // always; bf16/fp16 for products of a few rows) is read in place by
-// weight_gemm: the plan holds no wider copy of it.
+// weight_gemm: the plan holds no wider copy of it. Where
+// kernels::choose_gemm_backend picks oneDNN, the dense products (packed
+// constant B, variable B) run on an OnednnGemm primitive instead, created here
+// once per distinct B; a description oneDNN cannot serve well falls back to
+// the own kernels.
 #include "runtime/lower/gemm_step.h"
 
 #include <algorithm>
 #include <vector>
 
+#include "kernels/gemm_backend.h"
+#include "kernels/onednn/onednn_gemm.h"
 #include "kernels/weight_gemm.h"
 #include "milrt/tensor.h"
 
@@ -132,6 +138,33 @@ std::shared_ptr<CompactWeight> half_weight(const Tensor& w, int64_t n, int64_t k
   return cw;
 }
 
+// The dense product on oneDNN: one primitive for a variable B, one per B
+// batch for a constant B (each holds its reordered B; oneDNN's primitive
+// cache shares the generated code between them). Null where oneDNN has no
+// fast implementation for it: the own kernels serve it then.
+std::shared_ptr<std::vector<kernels::OnednnGemm>> onednn_gemms(kernels::OnednnGemmDesc d, const Tensor* w,
+                                                               int64_t y_batches) {
+  auto prims = std::make_shared<std::vector<kernels::OnednnGemm>>();
+  try {
+    if (!w) {
+      prims->emplace_back(d);
+      return prims;
+    }
+    const bool bf16 = w->dtype() == DType::BF16;
+    const Tensor wt = bf16 || w->dtype() == DType::FP32 ? *w : w->cast(DType::FP32);
+    const size_t esize = dtype_size(wt.dtype());
+    d.b_const = true;
+    d.b.type = bf16 ? kernels::ElemType::bf16 : kernels::ElemType::f32;
+    for (int64_t b = 0; b < y_batches; ++b) {
+      d.b.data = static_cast<const uint8_t*>(wt.data()) + size_t(b * d.k * d.n) * esize;
+      prims->emplace_back(d);
+    }
+    return prims;
+  } catch (const Error&) {
+    return nullptr;
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering& gl) {
@@ -175,11 +208,33 @@ std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering
   } else if (w && w->dtype() != DType::FP32 && one_weight && m <= kStreamRows) {
     compact = half_weight(*w, n, k);
   }
+  std::shared_ptr<std::vector<kernels::OnednnGemm>> onednn;
+  if (!compact && kernels::choose_gemm_backend(m, n, k, math, w != nullptr) == kernels::GemmBackend::onednn) {
+    kernels::OnednnGemmDesc d;
+    d.m = m;
+    d.n = n;
+    d.k = k;
+    d.a = kernels::MatrixRef{nullptr, kernels::ElemType::f32, g.tx ? m : k, g.tx};
+    d.b = kernels::MatrixRef{nullptr, kernels::ElemType::f32, g.ty ? k : n, g.ty};
+    d.c_ld = n;
+    d.alpha = gl.alpha;
+    d.has_bias = ib >= 0;
+    d.act = gl.act;
+    d.has_residual = ir >= 0;
+    d.residual_ld = n;
+    d.math = math;
+    onednn = onednn_gemms(d, w, g.y_batches);
+  }
   // Any other constant B is packed now, once per B batch.
   std::shared_ptr<std::vector<kernels::PackedB>> packed;
   double b_bytes = 4.0 * double(y.numel());
   if (compact) {
     b_bytes = compact->bytes;
+  } else if (onednn) {
+    if (w) {
+      b_bytes = 0;
+      for (const auto& p : *onednn) b_bytes += double(p.bytes());
+    }
   } else if (w) {
     const bool bf16 = w->dtype() == DType::BF16;
     const Tensor wt = bf16 || w->dtype() == DType::FP32 ? *w : w->cast(DType::FP32);
@@ -196,8 +251,10 @@ std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering
     }
   }
 
-  std::string kernel = compact ? "gemm[" + compact->name + "]" : packed ? "gemm[B packed]" : "gemm";
+  std::string kernel =
+      compact ? "gemm[" + compact->name + "]" : packed || (onednn && w) ? "gemm[B packed]" : "gemm";
   if (ctx.bf16_matmuls && !compact) kernel += "[bf16]";
+  if (onednn) kernel += "[onednn]";
   if (gl.alpha != 1) kernel += "+alpha";
   if (ib >= 0) kernel += "+bias";
   if (gl.act != kernels::Activation::none) kernel += std::string("+") + act_name(gl.act);
@@ -221,6 +278,18 @@ std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering
     if (compact) {
       ep.residual = res;
       kernels::weight_gemm(m, a, k, compact->ref, c, n, ep);
+      return;
+    }
+    if (onednn) {
+      const float* y_var = onednn->front().desc().b_const ? nullptr : f.at<float>(iy);
+      for (size_t bi = 0; bi < xoff.size(); ++bi) {
+        const int64_t co = int64_t(bi) * m * n;
+        const kernels::OutputRef cr{c + co, kernels::ElemType::f32, n};
+        if (y_var)
+          onednn->front().run(a + xoff[bi], y_var + ybat[bi] * k * n, cr, ep.bias, res ? res + co : nullptr);
+        else
+          (*onednn)[size_t(ybat[bi])].run(a + xoff[bi], nullptr, cr, ep.bias, res ? res + co : nullptr);
+      }
       return;
     }
     for (size_t bi = 0; bi < xoff.size(); ++bi) {
