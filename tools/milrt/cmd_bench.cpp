@@ -38,14 +38,15 @@ void add_bench(CLI::App& app) {
   cmd->add_option("model", model, "a .mlmodelc directory or a .mil file");
   add_bench_train(*cmd);
   add_bench_generate(*cmd);
+  add_bench_kernels(*cmd);
   cmd->add_option("--function", function, "function to run (default main)");
   cmd->add_option("--input", inputs, "NAME=FILE.npy (inputs not given are uniform random in [-1, 1])");
   cmd->add_option("--runs", runs, "timed runs (default 20)")->check(CLI::Range(1, 1000000));
   cmd->add_option("--vs", vs, "also time this engine in the same run: reference")->check(CLI::IsMember({"reference"}));
   cmd->add_flag("--json", json, "end with one JSON object of the figures");
   cmd->callback([cmd] {
-    if (!cmd->get_subcommands().empty()) return;  // bench train or generate ran
-    if (model.empty()) throw Error("error: bench needs a MODEL (or a subcommand: train)");
+    if (!cmd->get_subcommands().empty()) return;  // bench train, generate or kernels ran
+    if (model.empty()) throw Error("error: bench needs a MODEL (or a subcommand: train, generate, kernels)");
     Program p = load_model(model);
     legalize_layout_idioms(p);
     verify(p);

@@ -1,0 +1,140 @@
+// GEMM section of `milrt bench kernels`: own fp32 and bf16-math kernels with
+// a pre-packed constant B (as a plan runs them) against oneDNN's matmul with a
+// constant (reordered) B and OpenBLAS sgemm, all on the same A, W and C.
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "kernels/bench/kernel_bench.h"
+#include "kernels/bench/openblas.h"
+#include "kernels/bench/report_util.h"
+#include "kernels/bench/timing.h"
+#include "kernels/gemm.h"
+#include "kernels/onednn/onednn_gemm.h"
+#include "kernels/threads.h"
+#include "milrt/dtype.h"
+
+namespace milrt::kernels::bench {
+namespace {
+
+struct WeightShape {
+  int64_t n, k;
+  const char* what;
+};
+
+// Stories110M (dim 768, hidden 2048, vocab 32000) and the seed layer (dim 768, hidden 2048, seq 512).
+constexpr WeightShape kShapes[] = {
+    {768, 768, "attention projection"},
+    {2048, 768, "FFN up/gate"},
+    {768, 2048, "FFN down"},
+    {32000, 768, "classifier"},
+    {768, 32000, "classifier backward (dX)"},
+};
+
+// oneDNN's matmul for one shape and math, or nothing (why in `impl`): no
+// oneDNN in this build, no implementation, or only the reference one (far
+// too slow to time on these shapes: it would dominate the run).
+std::unique_ptr<OnednnGemm> make_onednn(int64_t m, int64_t n, int64_t k, const void* w, ElemType wt, GemmMath math,
+                                        std::string& impl) {
+  if (!onednn_available()) {
+    impl = "not in this build";
+    return nullptr;
+  }
+  try {
+    auto g = std::make_unique<OnednnGemm>(OnednnGemmDesc{.m = m,
+                                                         .n = n,
+                                                         .k = k,
+                                                         .a = {nullptr, ElemType::f32, k},
+                                                         .b = {w, wt, k, /*trans=*/true},
+                                                         .b_const = true,
+                                                         .math = math});
+    impl = g->impl_name();
+    if (impl.rfind("ref", 0) == 0) {
+      impl += " (reference implementation: not timed)";
+      return nullptr;
+    }
+    return g;
+  } catch (const std::exception& e) {
+    impl = std::string("unavailable: ") + e.what();
+    return nullptr;
+  }
+}
+
+double ratio(const nlohmann::json& a, const nlohmann::json& b) {
+  return a.at("gflops").get<double>() / b.at("gflops").get<double>();
+}
+
+}  // namespace
+
+nlohmann::json bench_gemm(const Options& o, const nlohmann::json& ceilings, const RowSink& sink) {
+  const std::vector<int64_t> ms = o.quick ? std::vector<int64_t>{256} : std::vector<int64_t>{256, 512};
+  const size_t shapes = o.quick ? 2 : std::size(kShapes);
+  const OpenBlas* blas = OpenBlas::get();
+  const char* columns[] = {"own_fp32", "own_bf16", "onednn_fp32", "onednn_bf16", "openblas"};
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t s = 0; s < shapes; ++s) {
+    const auto [n, k, what] = kShapes[s];
+    std::vector<float> w(size_t(n * k));
+    fill_uniform(w.data(), w.size(), uint32_t(s + 1));
+    std::vector<uint16_t> wb(w.size());
+    for (size_t i = 0; i < w.size(); ++i) wb[i] = f32_to_bf16(w[i]);
+    // B = Wᵀ: W [N,K] row-major read transposed, the layout of a linear layer's weight.
+    const PackedB own32(MatrixRef{w.data(), ElemType::f32, k, true}, k, n, GemmMath::fp32);
+    const PackedB own16(MatrixRef{wb.data(), ElemType::bf16, k, true}, k, n, GemmMath::bf16);
+    for (int64_t m : ms) {
+      std::vector<float> a(size_t(m * k)), c(size_t(m * n));
+      fill_uniform(a.data(), a.size(), 7);
+      nlohmann::json row = {{"m", m}, {"n", n}, {"k", k}, {"what", what}};
+      std::string impl32, impl16;
+      auto dnn32 = make_onednn(m, n, k, w.data(), ElemType::f32, GemmMath::fp32, impl32);
+      auto dnn16 = make_onednn(m, n, k, wb.data(), ElemType::bf16, GemmMath::bf16, impl16);
+      row["onednn_impl"] = {{"fp32", impl32}, {"bf16", impl16}};
+      const OutputRef out{c.data(), ElemType::f32, n};
+      const MatrixRef ar{a.data(), ElemType::f32, k};
+      const double flops = 2.0 * double(m) * double(n) * double(k);
+      nlohmann::json by_threads = nlohmann::json::object();
+      for (int t : o.threads) {
+        set_num_threads(t);
+        const double p32 = ceiling_at(ceilings, t, "fp32_gflops"), p16 = ceiling_at(ceilings, t, "bf16_gflops");
+        auto gflops = [&](auto f) { return flops / median_seconds(o.reps, target_seconds(o), f) * 1e-9; };
+        nlohmann::json e;
+        e["own_fp32"] = figure("gflops", gflops([&] { gemm(m, ar, own32, out); }), p32);
+        e["own_bf16"] = figure("gflops", gflops([&] { gemm(m, ar, own16, out); }), p16);
+        e["onednn_fp32"] =
+            dnn32 ? figure("gflops", gflops([&] { dnn32->run(a.data(), nullptr, out, nullptr, nullptr); }), p32)
+                  : nlohmann::json(nullptr);
+        e["onednn_bf16"] =
+            dnn16 ? figure("gflops", gflops([&] { dnn16->run(a.data(), nullptr, out, nullptr, nullptr); }), p16)
+                  : nlohmann::json(nullptr);
+        e["openblas"] = nullptr;
+        if (blas) {
+          blas->set_threads(t);
+          e["openblas"] = figure("gflops", gflops([&] { blas->sgemm_nt(m, n, k, a.data(), w.data(), c.data()); }), p32);
+          // OpenBLAS's workers spin for a while after a call: let them sleep before OpenMP kernels run again.
+          if (t > 1) std::this_thread::sleep_for(std::chrono::milliseconds(250));
+        }
+        auto vs = [&](const char* x, const char* y) {
+          return e[y].is_null() ? nlohmann::json(nullptr) : nlohmann::json(ratio(e[x], e[y]));
+        };
+        e["own_vs_onednn"] = vs("own_fp32", "onednn_fp32");
+        e["own_vs_openblas"] = vs("own_fp32", "openblas");
+        e["own_bf16_vs_onednn_bf16"] = vs("own_bf16", "onednn_bf16");
+        by_threads[std::to_string(t)] = e;
+      }
+      set_num_threads(0);
+      row["threads"] = by_threads;
+      nlohmann::json sc = nlohmann::json::object();
+      for (const char* col : columns) sc[col] = scaling(by_threads, o, col, "gflops");
+      row["scaling"] = sc;
+      sink(row);
+      rows.push_back(row);
+    }
+  }
+  return rows;
+}
+
+}  // namespace milrt::kernels::bench
