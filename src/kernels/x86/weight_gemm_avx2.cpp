@@ -72,6 +72,17 @@ MILRT_AVX2 inline float reduce8(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
 }
 
+// Streams of a few hundred bytes per row are too short for the hardware
+// prefetcher to ramp up: while a group of R rows is read, the same cache line
+// of the next group's rows (`ahead` bytes on) is requested. Measured on the
+// AVX2 VM (bench_weight_gemm, 1 thread, weights evicted): q8 rows 25-55% faster.
+// A prefetch past the matrix's end is harmless (it never faults).
+template <int R, class T>
+MILRT_AVX2 inline void prefetch_next_group(T* const* row, size_t ahead, size_t byte) {
+  for (int r = 0; r < R; ++r)
+    _mm_prefetch(reinterpret_cast<const char*>(row[r]) + ahead + byte, _MM_HINT_T0);
+}
+
 // R weight rows from row j against M rows of A, one 8-lane accumulator per
 // (row, A row): element k goes to lane k % 8; the masked tail of K adds into
 // the same accumulator. R·M accumulators + M rows of A + one weight stay in
@@ -86,8 +97,11 @@ MILRT_AVX2 void rows_plain(const WeightRef& w, int64_t j, const float* a, int64_
   __m256 acc[R][M];
   for (int r = 0; r < R; ++r)
     for (int m = 0; m < M; ++m) acc[r][m] = _mm256_setzero_ps();
+  constexpr int64_t kLine = 64 / kElemBytes<F>;  // elements per cache line
+  const size_t ahead = size_t(R) * size_t(w.ld) * kElemBytes<F>;
   int64_t k = 0;
   for (; k + 8 <= K; k += 8) {
+    if (R > 1 && k % kLine == 0) prefetch_next_group<R>(row, ahead, size_t(k) * kElemBytes<F>);
     __m256 x[M];
     for (int m = 0; m < M; ++m) x[m] = _mm256_loadu_ps(a + m * lda + k);
     for (int r = 0; r < R; ++r) {
@@ -127,6 +141,7 @@ MILRT_AVX2 void rows_q8(const WeightRef& w, int64_t j, const float* a, int64_t l
     __m256 bd[R][M];
     for (int r = 0; r < R; ++r)
       for (int m = 0; m < M; ++m) bd[r][m] = _mm256_setzero_ps();
+    if (R > 1 && (b * block) % 64 == 0) prefetch_next_group<R>(row, size_t(R) * size_t(w.ld), size_t(b * block));
     for (int64_t k = b * block; k < (b + 1) * block; k += 8) {
       __m256 x[M];
       for (int m = 0; m < M; ++m) x[m] = _mm256_loadu_ps(a + m * lda + k);
