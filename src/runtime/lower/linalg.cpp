@@ -138,25 +138,36 @@ std::shared_ptr<CompactWeight> half_weight(const Tensor& w, int64_t n, int64_t k
   return cw;
 }
 
-// The dense product on oneDNN: one primitive for a variable B, one per B
-// batch for a constant B (each holds its reordered B; oneDNN's primitive
-// cache shares the generated code between them). Null where oneDNN has no
-// fast implementation for it: the own kernels serve it then.
-std::shared_ptr<std::vector<kernels::OnednnGemm>> onednn_gemms(kernels::OnednnGemmDesc d, const Tensor* w,
-                                                               int64_t y_batches) {
+// A constant B, per B batch, as the kernels read it: fp32 or bf16 as stored,
+// other types widened to fp32 into `held` (which must outlive the refs).
+std::vector<kernels::MatrixRef> constant_b_batches(const Tensor& w, Tensor& held, int64_t k, int64_t n, bool ty,
+                                                   int64_t batches) {
+  const bool bf16 = w.dtype() == DType::BF16;
+  held = bf16 || w.dtype() == DType::FP32 ? w : w.cast(DType::FP32);
+  const size_t esize = dtype_size(held.dtype());
+  const auto* data = static_cast<const uint8_t*>(held.data());
+  std::vector<kernels::MatrixRef> refs;
+  for (int64_t b = 0; b < batches; ++b)
+    refs.push_back({data + size_t(b * k * n) * esize, bf16 ? kernels::ElemType::bf16 : kernels::ElemType::f32,
+                    ty ? k : n, ty});
+  return refs;
+}
+
+// The dense product on oneDNN: one primitive for a variable B (`constant_b`
+// empty), one per B batch for a constant B (each holds its reordered B;
+// oneDNN's primitive cache shares the generated code between them). Null
+// where oneDNN has no fast implementation for it: the own kernels serve it then.
+std::shared_ptr<std::vector<kernels::OnednnGemm>> onednn_gemms(kernels::OnednnGemmDesc d,
+                                                               const std::vector<kernels::MatrixRef>& constant_b) {
   auto prims = std::make_shared<std::vector<kernels::OnednnGemm>>();
   try {
-    if (!w) {
+    if (constant_b.empty()) {
       prims->emplace_back(d);
       return prims;
     }
-    const bool bf16 = w->dtype() == DType::BF16;
-    const Tensor wt = bf16 || w->dtype() == DType::FP32 ? *w : w->cast(DType::FP32);
-    const size_t esize = dtype_size(wt.dtype());
     d.b_const = true;
-    d.b.type = bf16 ? kernels::ElemType::bf16 : kernels::ElemType::f32;
-    for (int64_t b = 0; b < y_batches; ++b) {
-      d.b.data = static_cast<const uint8_t*>(wt.data()) + size_t(b * d.k * d.n) * esize;
+    for (const kernels::MatrixRef& b : constant_b) {
+      d.b = b;
       prims->emplace_back(d);
     }
     return prims;
@@ -208,6 +219,10 @@ std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering
   } else if (w && w->dtype() != DType::FP32 && one_weight && m <= kStreamRows) {
     compact = half_weight(*w, n, k);
   }
+  // A constant B not kept compact, per B batch, for the packed or oneDNN path.
+  Tensor b_held;
+  const std::vector<kernels::MatrixRef> constant_b =
+      w && !compact ? constant_b_batches(*w, b_held, k, n, g.ty, g.y_batches) : std::vector<kernels::MatrixRef>{};
   std::shared_ptr<std::vector<kernels::OnednnGemm>> onednn;
   if (!compact && kernels::choose_gemm_backend(m, n, k, math, w != nullptr) == kernels::GemmBackend::onednn) {
     kernels::OnednnGemmDesc d;
@@ -223,7 +238,7 @@ std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering
     d.has_residual = ir >= 0;
     d.residual_ld = n;
     d.math = math;
-    onednn = onednn_gemms(d, w, g.y_batches);
+    onednn = onednn_gemms(d, constant_b);
   }
   // Any other constant B is packed now, once per B batch.
   std::shared_ptr<std::vector<kernels::PackedB>> packed;
@@ -236,17 +251,10 @@ std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering
       for (const auto& p : *onednn) b_bytes += double(p.bytes());
     }
   } else if (w) {
-    const bool bf16 = w->dtype() == DType::BF16;
-    const Tensor wt = bf16 || w->dtype() == DType::FP32 ? *w : w->cast(DType::FP32);
-    const size_t esize = dtype_size(wt.dtype());
-    const auto* wd = static_cast<const uint8_t*>(wt.data());
     packed = std::make_shared<std::vector<kernels::PackedB>>();
     b_bytes = 0;
-    for (int64_t b = 0; b < g.y_batches; ++b) {
-      packed->emplace_back(kernels::MatrixRef{wd + size_t(b * k * n) * esize,
-                                              bf16 ? kernels::ElemType::bf16 : kernels::ElemType::f32,
-                                              g.ty ? k : n, g.ty},
-                           k, n, math);
+    for (const kernels::MatrixRef& b : constant_b) {
+      packed->emplace_back(b, k, n, math);
       b_bytes += double(packed->back().bytes());
     }
   }
