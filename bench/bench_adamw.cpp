@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/bench/timing.h"
 #include "kernels/cpu_features.h"
 #include "kernels/generic/adamw.h"
 #include "kernels/threads.h"
@@ -24,27 +25,7 @@
 #include "llm/optimizer.h"
 
 namespace k = milrt::kernels;
-using Clock = std::chrono::steady_clock;
 
-namespace {
-
-struct Timing {
-  double median, best;
-};
-
-template <class F>
-Timing time_runs(int reps, F f) {
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    auto t0 = Clock::now();
-    f();
-    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  std::sort(t.begin(), t.end());
-  return {t[t.size() / 2], t[0]};
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   int max_threads = k::num_threads(), reps = 5;
@@ -73,12 +54,12 @@ int main(int argc, char** argv) {
     k::reload_isa();
     for (int threads = 1; threads <= max_threads; threads *= 2) {
       k::set_num_threads(threads);
-      Timing tu = time_runs(reps, [&] { k::adamw_update_f32(p.data(), g.data(), m.data(), v.data(), n, s); });
-      Timing tn = time_runs(reps, [&] { volatile double x = k::sum_squares_f32(g.data(), n); (void)x; });
+      k::bench::Timing tu = k::bench::time_runs(reps, [&] { k::adamw_update_f32(p.data(), g.data(), m.data(), v.data(), n, s); });
+      k::bench::Timing tn = k::bench::time_runs(reps, [&] { volatile double x = k::sum_squares_f32(g.data(), n); (void)x; });
       milrt::llm::AdamWConfig oc;
       oc.warmup = 0;
       milrt::llm::AdamW opt(oc, w.tensors);
-      Timing ts = time_runs(reps, [&] { opt.step(w.tensors, grads); });
+      k::bench::Timing ts = k::bench::time_runs(reps, [&] { opt.step(w.tensors, grads); });
       std::printf("%s, threads %d (median | best): update %.1f ms %.1f GB/s | %.1f GB/s; norm %.1f ms %.1f GB/s | "
                   "%.1f GB/s; AdamW::step %.1f ms %.1f GB/s | %.1f GB/s\n",
                   std::string(k::isa_name(isa)).c_str(), threads, tu.median * 1e3, 28.0 * n / tu.median / 1e9,

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/bench/timing.h"
 #include "kernels/cpu_features.h"
 #include "kernels/gemm.h"
 #include "kernels/gemv.h"
@@ -35,7 +36,6 @@
 #include "milrt/error.h"
 
 namespace k = milrt::kernels;
-using Clock = std::chrono::steady_clock;
 
 namespace {
 
@@ -48,22 +48,13 @@ void flush_caches() {
   g_flush[0] = s * 0 + 1;
 }
 
-struct Timing {
-  double median, min;
-};
-
+// One warm-up call (scratch, thread pool), then `reps` timed ones, each after
+// evicting the caches when `cold`.
 template <class F>
-Timing time_runs(int reps, bool cold, F f) {
-  std::vector<double> t;
-  f();  // warm-up: scratch, thread pool
-  for (int r = 0; r < reps; ++r) {
+k::bench::Timing time_runs(int reps, bool cold, F f) {
+  return k::bench::time_runs(reps, f, [&] {
     if (cold) flush_caches();
-    auto t0 = Clock::now();
-    f();
-    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  std::sort(t.begin(), t.end());
-  return {t[t.size() / 2], t[0]};
+  });
 }
 
 // One copy of W in a format (fp32 source values in [-1, 1]).
@@ -167,7 +158,7 @@ int main(int argc, char** argv) {
       for (int fi = -1; fi < 4; ++fi) {
         const k::WeightFormat f = fi < 0 ? k::WeightFormat::f32 : formats[fi];
         const Stored one = store(f, w, s.n, s.k);
-        const Timing t = time_runs(reps, true, [&] {
+        const k::bench::Timing t = time_runs(reps, true, [&] {
           if (fi < 0)
             k::gemv_rows_f32(s.n, s.k, x.data(), one.f32.data(), s.k, y.data(), {});
           else
@@ -175,13 +166,13 @@ int main(int argc, char** argv) {
         });
         const char* name = fi < 0 ? "gemv_rows_f32" : k::weight_format_name(f);
         std::printf("  M=1 %-14s %8.1f us %7.1f GB/s (best %7.1f GB/s)\n", name, t.median * 1e6,
-                    one.bytes / t.median / 1e9, one.bytes / t.min / 1e9);
+                    one.bytes / t.median / 1e9, one.bytes / t.best / 1e9);
         record("decode", name, 1, s, threads, t.median, one.bytes / t.median / 1e9, "GBps");
         if (fi >= 0 && s.n == 2048 && !decode_only) {
           // Rows of A per call: streaming up to the threshold, panels above.
           std::printf("   M=2..8 time / M=1 time:");
           for (int64_t M = 2; M <= 8; ++M) {
-            const Timing tm =
+            const k::bench::Timing tm =
                 time_runs(reps, true, [&] { k::weight_gemm(M, x.data(), s.k, one.ref, y.data(), s.n); });
             std::printf(" %.2f", tm.median / t.median);
             record("small_m", k::weight_format_name(f), M, s, threads, tm.median, tm.median / t.median, "ratio_to_m1");

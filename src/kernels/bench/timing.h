@@ -16,8 +16,35 @@ inline int reps_for(int fixed, double warmup_s, double target_s) {
   return int(std::clamp(n, 3.0, 500.0));
 }
 
-// Median seconds of f() over the repetitions; before() runs untimed ahead of
-// every call (e.g. to evict the caches).
+struct Timing {
+  double median, best;  // seconds
+};
+
+// f() timed `reps` times (at least once) after one untimed warm-up call;
+// before() runs untimed ahead of every call (e.g. to evict the caches).
+template <class F, class Before>
+Timing time_runs(int reps, F f, Before before, bool warm_up = true) {
+  using Clock = std::chrono::steady_clock;
+  if (warm_up) before(), f();
+  std::vector<double> t;
+  t.reserve(size_t(std::max(reps, 1)));
+  for (int r = 0; r < std::max(reps, 1); ++r) {
+    before();
+    auto t0 = Clock::now();
+    f();
+    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return {t[t.size() / 2], t.front()};
+}
+
+template <class F>
+Timing time_runs(int reps, F f) {
+  return time_runs(reps, f, [] {});
+}
+
+// Median seconds of f() over the repetitions (fixed, or as many as fill
+// target_s judging by the warm-up call); before() as for time_runs.
 template <class F, class Before>
 double median_seconds(int fixed_reps, double target_s, F f, Before before) {
   using Clock = std::chrono::steady_clock;
@@ -25,16 +52,7 @@ double median_seconds(int fixed_reps, double target_s, F f, Before before) {
   auto w = Clock::now();
   f();
   const int reps = reps_for(fixed_reps, std::chrono::duration<double>(Clock::now() - w).count(), target_s);
-  std::vector<double> t;
-  t.reserve(size_t(reps));
-  for (int r = 0; r < reps; ++r) {
-    before();
-    auto t0 = Clock::now();
-    f();
-    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  std::nth_element(t.begin(), t.begin() + reps / 2, t.end());
-  return t[size_t(reps / 2)];
+  return time_runs(reps, f, before, /*warm_up=*/false).median;
 }
 
 template <class F>
