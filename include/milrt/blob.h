@@ -12,6 +12,21 @@ namespace milrt {
 // A read-only memory-mapped file. Empty files map to a zero-length buffer.
 std::shared_ptr<Buffer> map_file(const std::string& path);
 
+// Opens `rel` below the directory `root` for reading without ever leaving it:
+// `rel` must be relative with no "." or ".." component, no component may be
+// a symbolic link (each is opened with O_NOFOLLOW from its parent's
+// descriptor, or the whole path with openat2 RESOLVE_BENEATH |
+// RESOLVE_NO_SYMLINKS where available), and the last must be a regular file
+// (opened non-blocking, so a FIFO cannot stall the caller). Returns the
+// descriptor (close-on-exec; the caller owns it); throws Error, one line
+// naming `root`/`rel`, otherwise. `root` itself is opened as given.
+int open_beneath(const std::string& root, const std::string& rel);
+
+// Memory-maps the regular file open on `fd` (read-only; the descriptor is
+// closed, also on error). Map what open_beneath() returned, never the path
+// again: the path may have changed since. `what` names the file in errors.
+std::shared_ptr<Buffer> map_fd(int fd, const std::string& what);
+
 // Blob storage v2 dtype codes (weight.bin metadata `dtype`).
 int blob_dtype_code(DType t);                 // -1 if the dtype has no code
 bool blob_dtype_from_code(uint32_t code, DType* out);

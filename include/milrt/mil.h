@@ -16,15 +16,43 @@ Program parse_mil(const std::string& text, const std::string& path, const std::s
 // result gives a program equal to the input (ir_diff == "").
 std::string print_mil(const Program& p);
 
+// How a model may reach files outside its own bundle.
+//
+// Confinement (models are untrusted input): every file a model names (each
+// BLOBFILE path, and a bundle's model.mil) must lie inside the model's
+// directory: the `.mlmodelc` directory, the directory of a bare `.mil` file,
+// or Program::base_dir for load_blobs(). A path is taken lexically
+// ("@model_path/" and relative paths from that directory, `..` folded) and
+// must stay below the real path of the directory; it is then opened one
+// component at a time from a descriptor of that directory (openat2 with
+// RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS where the kernel has it), so a
+// symlink swapped in after the check is never followed, and the descriptor
+// opened is the one memory-mapped. Every symbolic link below the directory
+// is refused, also one whose target stays inside (a bundle written by Core
+// ML tools has none; refusing them all keeps the rule one line long). The
+// directory itself may be reached through symlinks: it is what the user
+// named. Absolute paths, `..` leaving the directory, symlinks, and anything
+// but a regular file are errors (milrt::Error, one line) before any byte of
+// the file is read.
+struct LoadOptions {
+  // Explicit opt-in: directories from which BLOBFILE paths may also read
+  // (absolute paths or `..` paths that land below one of them), for
+  // workflows that keep weights apart from the bundle. The same rules apply
+  // below each (no symlinks). Empty: the bundle only.
+  std::vector<std::string> allow_external_weights;
+};
+
 // Reads every BLOBFILE literal of the program: blob storage v2 files (header,
 // 0xDEADBEEF metadata records) or raw arrays (the first seed's tests). Files
-// are memory-mapped; every offset and size is checked before use.
-void load_blobs(Program& p);
+// are memory-mapped; every offset and size is checked before use. Paths are
+// confined to Program::base_dir (see LoadOptions).
+void load_blobs(Program& p, const LoadOptions& options = {});
 
 // Loads a model: a `Name.mlmodelc` directory (model.mil + weights/) or a bare
 // `.mil` file whose blob paths resolve relative to its directory. Parses and
-// loads blobs; does not verify (see verify()).
-Program load_model(const std::string& path);
+// loads blobs, confined to the model's directory (see LoadOptions); does not
+// verify (see verify()).
+Program load_model(const std::string& path, const LoadOptions& options = {});
 
 // Verifies every function: known ops, required inputs present, input types
 // admissible, outputs' types equal to what shape inference gives. Throws

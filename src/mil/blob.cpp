@@ -26,12 +26,15 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <iterator>
+#include <string>
+#include <vector>
 
 #include "milrt/error.h"
 #include "milrt/npy.h"
@@ -150,18 +153,16 @@ std::string errno_str() { return std::strerror(errno); }
 
 }  // namespace
 
-std::shared_ptr<Buffer> map_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(path + ": error: cannot open: " + errno_str());
+std::shared_ptr<Buffer> map_fd(int fd, const std::string& what) {
   struct stat st{};
   if (fstat(fd, &st) != 0) {
     std::string e = errno_str();
     ::close(fd);
-    throw Error(path + ": error: cannot stat: " + e);
+    throw Error(what + ": error: cannot stat: " + e);
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw Error(path + ": error: not a regular file");
+    throw Error(what + ": error: not a regular file");
   }
   size_t n = size_t(st.st_size);
   void* p = nullptr;
@@ -170,11 +171,90 @@ std::shared_ptr<Buffer> map_file(const std::string& path) {
     if (p == MAP_FAILED) {
       std::string e = errno_str();
       ::close(fd);
-      throw Error(path + ": error: cannot map: " + e);
+      throw Error(what + ": error: cannot map: " + e);
     }
   }
   ::close(fd);  // the mapping stays valid without the descriptor
   return std::make_shared<MappedBuffer>(p, n);
+}
+
+std::shared_ptr<Buffer> map_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(path + ": error: cannot open: " + errno_str());
+  return map_fd(fd, path);
+}
+
+namespace {
+// openat2(2) with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+// or -1 (errno set; ENOSYS where the kernel or headers lack it).
+int openat2_beneath(int dirfd, const std::string& rel, int flags) {
+#ifdef SYS_openat2
+  struct {
+    uint64_t flags, mode, resolve;
+  } how{uint64_t(flags), 0, 0x08 /*RESOLVE_BENEATH*/ | 0x04 /*RESOLVE_NO_SYMLINKS*/ | 0x02 /*RESOLVE_NO_MAGICLINKS*/};
+  return int(syscall(SYS_openat2, dirfd, rel.c_str(), &how, sizeof how));
+#else
+  (void)dirfd, (void)rel, (void)flags;
+  errno = ENOSYS;
+  return -1;
+#endif
+}
+
+struct Fd {
+  int fd = -1;
+  ~Fd() { if (fd >= 0) ::close(fd); }
+  int release() { int f = fd; fd = -1; return f; }
+};
+}  // namespace
+
+int open_beneath(const std::string& root, const std::string& rel) {
+  const std::string where = root + "/" + rel;
+  std::vector<std::string> comps;
+  {
+    std::string cur;
+    for (char c : rel + "/") {
+      if (c != '/') { cur += c; continue; }
+      if (cur.empty() && comps.empty() && !rel.empty() && rel[0] == '/')
+        throw Error(where + ": error: an absolute path where a path inside the directory is expected");
+      if (cur == "." || cur == "..")
+        throw Error(where + ": error: a '" + cur + "' component where a path inside the directory is expected");
+      if (!cur.empty()) comps.push_back(cur);
+      cur.clear();
+    }
+  }
+  if (comps.empty()) throw Error(where + ": error: an empty path");
+  Fd dir;
+  dir.fd = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir.fd < 0) throw Error(root + ": error: cannot open directory: " + errno_str());
+  const int file_flags = O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
+  // The fast path: the kernel resolves the whole path below `dir` and refuses
+  // any symlink. On any failure the component walk below decides (and says
+  // which component is wrong); it is as strict.
+  Fd file;
+  file.fd = openat2_beneath(dir.fd, rel, file_flags);
+  if (file.fd < 0) {
+    std::string done;
+    for (size_t i = 0; i < comps.size(); ++i) {
+      const bool last = i + 1 == comps.size();
+      int fd = ::openat(dir.fd, comps[i].c_str(), last ? file_flags : O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      done += (done.empty() ? "" : "/") + comps[i];
+      if (fd < 0) {
+        const int e = errno;
+        struct stat st{};
+        const bool link = fstatat(dir.fd, comps[i].c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
+        if (link || e == ELOOP)
+          throw Error(root + "/" + done + ": error: is a symbolic link (refused: a model may not follow links)");
+        if (e == ENOTDIR) throw Error(root + "/" + done + ": error: not a directory");
+        throw Error(root + "/" + done + ": error: cannot open: " + std::strerror(e));
+      }
+      if (last) file.fd = fd;
+      else { ::close(dir.fd); dir.fd = fd; }
+    }
+  }
+  struct stat st{};
+  if (fstat(file.fd, &st) != 0) throw Error(where + ": error: cannot stat: " + errno_str());
+  if (!S_ISREG(st.st_mode)) throw Error(where + ": error: not a regular file");
+  return file.release();
 }
 
 int blob_dtype_code(DType t) {

@@ -9,7 +9,10 @@ namespace milrt::test {
 
 TensorMap run_program(const std::string& text, const TensorMap& inputs, const std::string& base_dir) {
   Program p = parse_mil(text, "<test>", base_dir);
-  load_blobs(p);
+  // Tests name blob files they wrote in temp directories by absolute path.
+  LoadOptions o;
+  o.allow_external_weights = {std::filesystem::temp_directory_path().string()};
+  load_blobs(p, o);
   verify(p);
   return run_reference(p, "main", inputs);
 }
