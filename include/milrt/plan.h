@@ -60,7 +60,18 @@ struct CompileOptions {
   // usual mixed precision of training. Everything else stays fp32.
   enum class MatmulPrecision { fp32, bf16 };
   MatmulPrecision matmul_precision = MatmulPrecision::fp32;
+  // Memory limit in bytes (0: default_max_memory(), 3/4 of physical memory).
+  // compile() adds up what the plan would hold (constant weights as stored,
+  // the planned arena, state, input and output buffers) once shapes are
+  // known (flexible inputs take their CompileOptions::input_shapes first),
+  // and refuses a plan over the limit with an Error giving both figures,
+  // before allocating any of it. A single value larger than the limit is
+  // refused before the passes run (constant folding could materialize it).
+  size_t max_memory = 0;
 };
+
+// 3/4 of the machine's physical memory (sysconf), the default memory limit.
+size_t default_max_memory();
 
 class Plan {
  public:
@@ -118,6 +129,14 @@ class Plan {
   void run();
   // How a value of declared dtype `d` is stored (what bind() expects).
   static DType storage_dtype(DType d);
+
+  // Asks a run to stop: thread-safe and async-signal-safe (one atomic
+  // store), callable from another thread or a signal handler. The run in
+  // progress (or, if none is, the next one) checks the flag between kernel
+  // steps and ends with Error "cancelled"; the flag is then cleared, so the
+  // plan can run again (outputs and states of a cancelled run are
+  // unspecified: reset_state() or set_state() before relying on them).
+  void cancel();
 
   // Persistent states (see above): by parameter (or aliased input) name.
   Tensor state(const std::string& name) const;               // declared dtype

@@ -1,8 +1,11 @@
 // compile(): passes, lowering of every op to a Step, memory planning; and
 // Plan::run(): bind addresses, convert inputs, run the steps, convert outputs.
 #include <immintrin.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -188,6 +191,7 @@ struct Plan::Impl {
   std::vector<uint8_t> arena;
   rt::Frame frame;
   size_t arena_bytes = 0, intermediate_bytes = 0;
+  std::atomic<bool> cancelled{false};  // Plan::cancel()
 
   int add_val(const std::string& name, DType declared, Shape shape, Kind kind) {
     Val v{name, rt::storage_dtype(declared), std::move(shape), kind};
@@ -261,8 +265,16 @@ struct Plan::Impl {
     for (int id : view_ids) frame.ptr[size_t(id)] = frame.ptr[size_t(vals[size_t(id)].alias)];
   }
 
+  // Ends the run if cancel() was called (since the last cancelled run).
+  void check_cancelled() {
+    if (cancelled.load(std::memory_order_relaxed) && cancelled.exchange(false)) throw Error("error: cancelled");
+  }
   void run_steps() {
-    for (auto& s : steps) s->run(frame);
+    for (auto& s : steps) {
+      check_cancelled();
+      s->run(frame);
+    }
+    check_cancelled();
     for (auto& w : write_backs) {
       void* src = frame.ptr[size_t(w.src)];
       void* dst = frame.ptr[size_t(w.state)];
@@ -453,6 +465,63 @@ void specialize_shapes(Function& f) {
 }
 }  // namespace
 
+namespace {
+// ---- the memory limit (CompileOptions::max_memory)
+
+// Bytes of `n` elements of a value of declared dtype `d` as a plan stores it;
+// in double, so that absurd shapes cannot overflow.
+double stored_bytes(const Type& t) {
+  if (!t.is_tensor() || t.dtype == DType::String || t.has_unknown_dims()) return 0;
+  double n = 1;
+  for (int64_t d : t.shape) n *= double(d);
+  return n * double(dtype_size(rt::storage_dtype(t.dtype)));
+}
+
+std::string human_bytes(double b) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int u = 0;
+  while (b >= 1024 && u < 5) { b /= 1024; ++u; }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, u ? "%.1f %s" : "%.0f %s", b, units[u]);
+  return buf;
+}
+
+std::string limit_str(size_t limit) {
+  return std::to_string(limit) + " bytes (" + human_bytes(double(limit)) +
+         "; CompileOptions::max_memory, milrt --max-memory)";
+}
+
+// Before the passes: no single value may exceed the limit (constant folding
+// would materialize it; a flexible input's given shape could ask for it).
+void check_value_sizes(const Function& f, size_t limit) {
+  auto check = [&](const std::string& name, const Type& t, const Op* op) {
+    double b = stored_bytes(t);
+    if (b <= double(limit)) return;
+    std::string msg = "value '" + name + "' " + t.str() + " needs " + human_bytes(b) +
+                      ", more than the memory limit of " + limit_str(limit);
+    if (op) throw_op_error(*op, msg);
+    throw Error("error: " + msg);
+  };
+  for (auto& prm : f.params) check(prm.name, is_state_param(prm) ? prm.type.elems[0] : prm.type, nullptr);
+  for (auto& op : f.ops)
+    for (auto& o : op.outputs) check(o.name, o.type, &op);
+}
+
+double literal_bytes(const Arg& a) {
+  double b = a.kind == Arg::Kind::Const && a.lit->value.dtype() != DType::String ? double(a.lit->value.nbytes()) : 0;
+  for (auto& e : a.elems) b += literal_bytes(e);
+  return b;
+}
+}  // namespace
+
+size_t default_max_memory() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return size_t(1) << 34;  // unknown: 16 GiB
+  return size_t(pages) / 4 * 3 * size_t(page);
+}
+
+void Plan::cancel() { impl_->cancelled.store(true); }
+
 Plan::Plan() = default;
 Plan::Plan(Plan&&) noexcept = default;
 Plan& Plan::operator=(Plan&&) noexcept = default;
@@ -492,6 +561,8 @@ Plan compile(const Program& program, const CompileOptions& options) {
     prm.type.shape = it->second;
   }
   if (!options.input_shapes.empty()) specialize_shapes(*fn);
+  const size_t limit = options.max_memory ? options.max_memory : default_max_memory();
+  check_value_sizes(*fn, limit);
   run_passes(P.program, options.passes);
   fn = P.program.function(options.function);
   const int n_ops = int(fn->ops.size());
@@ -635,6 +706,42 @@ Plan compile(const Program& program, const CompileOptions& options) {
   for (auto& [view, root] : views)
     if (is_output(view)) output_roots.insert(root);
 
+  // The memory plan comes before lowering, so that the limit is checked
+  // before any buffer is allocated.
+  for (auto& op : fn->ops)
+    if (op.type != "const")
+      for (auto& o : op.outputs) check_static(op, o);
+  // plan_memory sizes values by their dtype: give it the storage dtypes.
+  // Views are gone from the function the memory plan sees: their uses read
+  // the root, which keeps the root alive as long as they are.
+  Function sized = rt::without_views(*fn, views);
+  for (auto& op : sized.ops)
+    for (auto& o : op.outputs)
+      if (o.type.is_tensor() && o.type.dtype != DType::String) o.type.dtype = rt::storage_dtype(o.type.dtype);
+  MemoryPlanOptions mo;
+  mo.alignment = 64;
+  mo.external = [&](const std::string& v) { return in_state.count(v) > 0; };
+  mo.in_place = [&](const Op& op) { return in_place_inputs(op, types); };
+  MemoryPlan mp = plan_memory(sized, mo);
+  {
+    // What the plan would hold: constant weights as stored, the arena, and
+    // the state, input and output buffers.
+    double weights = 0, ports = 0, states = 0;
+    for (auto& op : fn->ops)
+      for (auto& in : op.inputs) weights += literal_bytes(in.arg);
+    for (auto& prm : fn->params)
+      (is_state_param(prm) || alias_of_input.count(prm.name) ? states : ports) +=
+          stored_bytes(is_state_param(prm) ? prm.type.elems[0] : prm.type);
+    for (auto& name : fn->outputs)
+      if (auto t = types.find(name); t != types.end()) ports += stored_bytes(t->second);
+    const double need = weights + double(mp.arena_bytes) + states + ports;
+    if (need > double(limit))
+      throw Error("error: the plan needs " + std::to_string(uint64_t(need)) + " bytes (" + human_bytes(need) +
+                  ": weights " + human_bytes(weights) + ", arena " + human_bytes(double(mp.arena_bytes)) +
+                  ", states " + human_bytes(states) + ", inputs and outputs " + human_bytes(ports) +
+                  "), more than the memory limit of " + limit_str(limit));
+  }
+
   Lowerer lower(P);
   lower.bf16_matmuls = options.matmul_precision == CompileOptions::MatmulPrecision::bf16;
   for (auto& op : fn->ops) {
@@ -697,18 +804,6 @@ Plan compile(const Program& program, const CompileOptions& options) {
   P.input_bound.assign(P.inputs.size(), nullptr);
   P.output_bound.assign(P.outputs.size(), nullptr);
 
-  // plan_memory sizes values by their dtype: give it the storage dtypes.
-  // Views are gone from the function the memory plan sees: their uses read
-  // the root, which keeps the root alive as long as they are.
-  Function sized = rt::without_views(*fn, views);
-  for (auto& op : sized.ops)
-    for (auto& o : op.outputs)
-      if (o.type.is_tensor() && o.type.dtype != DType::String) o.type.dtype = rt::storage_dtype(o.type.dtype);
-  MemoryPlanOptions mo;
-  mo.alignment = 64;
-  mo.external = [&](const std::string& v) { return in_state.count(v) > 0; };
-  mo.in_place = [&](const Op& op) { return in_place_inputs(op, types); };
-  MemoryPlan mp = plan_memory(sized, mo);
   P.arena_bytes = mp.arena_bytes;
   P.intermediate_bytes = mp.total_bytes;
   P.arena.assign(mp.arena_bytes + 64, 0);

@@ -31,6 +31,8 @@ double median_seconds(int runs, F f) {
 
 void add_bench(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "Median latency of a model's compiled plan");
+  add_load_options(*cmd);
+  add_max_memory_option(*cmd);
   static std::string model, function = "main", vs;
   static std::vector<std::string> inputs;
   static int runs = 20;
@@ -47,7 +49,7 @@ void add_bench(CLI::App& app) {
   cmd->callback([cmd] {
     if (!cmd->get_subcommands().empty()) return;  // bench train, generate or kernels ran
     if (model.empty()) throw Error("error: bench needs a MODEL (or a subcommand: train, generate, kernels)");
-    Program p = load_model(model);
+    Program p = load_model_cli(model);
     legalize_layout_idioms(p);
     verify(p);
     const Function* f = p.function(function);
@@ -69,6 +71,7 @@ void add_bench(CLI::App& app) {
       in[prm.name] = t;
     }
     CompileOptions opts;
+    opts.max_memory = max_memory_cli();
     opts.function = function;
     for (auto& [name, t] : in) opts.input_shapes[name] = t.shape();
     auto c0 = std::chrono::steady_clock::now();

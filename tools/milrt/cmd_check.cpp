@@ -9,6 +9,7 @@ namespace milrt::cli {
 
 void add_check(CLI::App& app) {
   auto* cmd = app.add_subcommand("check", "Parse and verify a model; print an op histogram");
+  add_load_options(*cmd);
   static std::string model;
   static bool list_ops = false;
   cmd->add_option("model", model, "a .mlmodelc directory or a .mil file");
@@ -19,7 +20,7 @@ void add_check(CLI::App& app) {
       return;
     }
     if (model.empty()) throw CLI::RequiredError("model");
-    Program p = load_model(model);
+    Program p = load_model_cli(model);
     std::vector<std::string> notes = legalize_layout_idioms(p);
     verify(p);
     for (auto& n : notes) std::printf("%s\n", n.c_str());

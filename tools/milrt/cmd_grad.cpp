@@ -12,6 +12,7 @@ namespace milrt::cli {
 
 void add_grad(CLI::App& app) {
   auto* cmd = app.add_subcommand("grad", "Differentiate a function: add <function>_grad returning the loss and gradients");
+  add_load_options(*cmd);
   static std::string model, loss, wrt, function = "main", out;
   static bool list = false, keep = false;
   cmd->add_option("model", model, "a .mlmodelc directory or a .mil file");
@@ -29,7 +30,7 @@ void add_grad(CLI::App& app) {
     if (model.empty()) throw CLI::RequiredError("model");
     if (loss.empty()) throw CLI::RequiredError("--loss");
     if (wrt.empty()) throw CLI::RequiredError("--wrt");
-    Program p = load_model(model);
+    Program p = load_model_cli(model);
     legalize_layout_idioms(p);   // the seeds' layout idioms verify only after it (as in opt)
     verify(p);
     GradOptions o;

@@ -24,12 +24,13 @@ size_t op_count(const Program& p, const std::string& fn) {
 
 void add_inspect(CLI::App& app) {
   auto* cmd = app.add_subcommand("inspect", "Compile a model and print its plan: kernels, FLOPs, bytes, arena");
+  add_load_options(*cmd);
   static std::string model, function = "main", dot;
   cmd->add_option("model", model, "a .mlmodelc directory or a .mil file")->required();
   cmd->add_option("--function", function, "function to compile (default main)");
   cmd->add_option("--dot", dot, "also write the plan as a Graphviz graph to this file");
   cmd->callback([] {
-    Program p = load_model(model);
+    Program p = load_model_cli(model);
     verify(p);
     if (!p.function(function)) throw milrt::Error("no function '" + function + "' in " + model);
     CompileOptions opts;

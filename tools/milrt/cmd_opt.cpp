@@ -21,6 +21,7 @@ std::vector<std::string> split_commas(const std::string& s) {
 
 void add_opt(CLI::App& app) {
   auto* cmd = app.add_subcommand("opt", "Run passes over a model and print the resulting MIL");
+  add_load_options(*cmd);
   static std::string model, pipeline, print_after;
   static bool list = false;
   cmd->add_option("model", model, "a .mlmodelc directory or a .mil file");
@@ -33,7 +34,7 @@ void add_opt(CLI::App& app) {
       return;
     }
     if (model.empty()) throw CLI::RequiredError("model");
-    Program p = load_model(model);
+    Program p = load_model_cli(model);
     std::vector<std::string> names = split_commas(pipeline);
     // The seeds' layout idioms only verify after legalization: run it first
     // unless the pipeline starts with it (run_passes verifies after each pass).

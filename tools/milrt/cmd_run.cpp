@@ -1,3 +1,6 @@
+#include <signal.h>
+
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -54,10 +57,33 @@ bool compare(const std::string& name, const Tensor& got, const Tensor& want, dou
               tolerance < 0 ? "" : (ok ? " (within tolerance)" : " (EXCEEDS tolerance)"));
   return ok;
 }
+// Ctrl-C while a plan runs cancels it (the run ends with "error: cancelled",
+// exit code 2); a second Ctrl-C ends the process as usual.
+std::atomic<Plan*> running_plan{nullptr};
+extern "C" void cancel_on_sigint(int) {
+  if (Plan* p = running_plan.load()) p->cancel();
+  signal(SIGINT, SIG_DFL);
+}
+struct CancelOnSigint {
+  struct sigaction old{};
+  explicit CancelOnSigint(Plan& p) {
+    running_plan.store(&p);
+    struct sigaction sa{};
+    sa.sa_handler = cancel_on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old);
+  }
+  ~CancelOnSigint() {
+    sigaction(SIGINT, &old, nullptr);
+    running_plan.store(nullptr);
+  }
+};
 }  // namespace
 
 void add_run(CLI::App& app) {
   auto* cmd = app.add_subcommand("run", "Run a model on .npy inputs");
+  add_load_options(*cmd);
+  add_max_memory_option(*cmd);
   static std::string model, function = "main", out_dir, engine = "compiled";
   static std::vector<std::string> inputs, compares;
   static double tolerance = -1;
@@ -70,7 +96,7 @@ void add_run(CLI::App& app) {
   cmd->add_option("--engine", engine, "compiled (default: a fused, memory-planned plan) or reference (the oracle: every op, fp64 rounded per op)")
       ->check(CLI::IsMember({"reference", "compiled"}));
   cmd->callback([] {
-    Program p = load_model(model);
+    Program p = load_model_cli(model);
     legalize_layout_idioms(p);
     verify(p);
     const Function* f = p.function(function);
@@ -84,6 +110,7 @@ void add_run(CLI::App& app) {
     if (engine == "compiled") {
       CompileOptions opts;
       opts.function = function;
+      opts.max_memory = max_memory_cli();
       for (auto& [name, t] : in)
         if (f->param(name) && f->param(name)->type.kind != Type::Kind::State) opts.input_shapes[name] = t.shape();
       Plan plan = compile(p, opts);
@@ -93,6 +120,7 @@ void add_run(CLI::App& app) {
           plan.set_state(port.name, it->second);
           in.erase(it);
         }
+      CancelOnSigint on_ctrl_c(plan);
       out = plan.run(in);
     } else {
       out = run_reference(p, function, in);

@@ -1,6 +1,10 @@
 // Subcommands of the milrt CLI; each adds itself to the app and runs from its callback.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <cstddef>
+#include <string>
+
+#include "milrt/ir.h"
 
 namespace milrt::cli {
 void add_check(CLI::App& app);   // milrt check MODEL
@@ -16,6 +20,19 @@ void add_train(CLI::App& app);   // milrt train [--config NAME] ...
 void add_grad(CLI::App& app);    // milrt grad MODEL --loss NAME --wrt A,B
 void add_generate(CLI::App& app); // milrt generate --checkpoint FILE --tokenizer FILE ...
 void add_export(CLI::App& app);   // milrt export --checkpoint FILE --out DIR.mlmodelc ...
+
+// Commands that load a model (check, run, print, opt, inspect, bench, grad)
+// take --allow-external-weights DIR (repeatable; see milrt::LoadOptions) and
+// load with load_model_cli().
+void add_load_options(CLI::App& cmd);
+Program load_model_cli(const std::string& path);
+
+// Commands that compile and run a plan (run, bench) take --max-memory BYTES
+// (CompileOptions::max_memory; "512M", "2G", "1.5G", plain bytes; 0: default).
+void add_max_memory_option(CLI::App& cmd);
+size_t max_memory_cli();
+// "512M" -> 512 << 20; K, M, G, T (binary multiples, optional "B"/"iB"). Throws Error.
+size_t parse_bytes(const std::string& s);
 
 // "a,b,,c" -> {"a", "b", "c"} (empty items dropped): list-valued options.
 std::vector<std::string> split_commas(const std::string& s);

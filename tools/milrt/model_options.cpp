@@ -1,0 +1,65 @@
+// Options shared by the commands that load and compile models: where a model
+// may read weights from (--allow-external-weights) and the memory limit of
+// its plan (--max-memory). One subcommand runs per process, so one set of
+// values serves them all.
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+#include "commands.h"
+#include "milrt/error.h"
+#include "milrt/mil.h"
+
+namespace milrt::cli {
+namespace {
+LoadOptions& load_options() {
+  static LoadOptions o;
+  return o;
+}
+std::string& max_memory_text() {
+  static std::string s;
+  return s;
+}
+}  // namespace
+
+void add_load_options(CLI::App& cmd) {
+  cmd.add_option("--allow-external-weights", load_options().allow_external_weights,
+                 "DIR: let the model's BLOBFILE paths also read files below DIR (by default a model may read "
+                 "only its own bundle); repeatable");
+}
+
+Program load_model_cli(const std::string& path) { return load_model(path, load_options()); }
+
+void add_max_memory_option(CLI::App& cmd) {
+  cmd.add_option("--max-memory", max_memory_text(),
+                 "refuse a plan needing more than this many bytes (weights + arena + states + inputs + outputs); "
+                 "suffixes K, M, G, T; default 3/4 of physical memory");
+}
+
+size_t max_memory_cli() { return max_memory_text().empty() ? 0 : parse_bytes(max_memory_text()); }
+
+size_t parse_bytes(const std::string& s) {
+  auto bad = [&] { return Error("error: --max-memory expects a size like 512M, 2G or 1048576, got '" + s + "'"); };
+  char* end = nullptr;
+  errno = 0;
+  double v = std::strtod(s.c_str(), &end);
+  if (end == s.c_str() || errno || !std::isfinite(v) || v < 0) throw bad();
+  std::string unit(end);
+  for (const char* tail : {"iB", "B"})
+    if (unit.size() > 1 && unit.size() >= std::string(tail).size() &&
+        unit.compare(unit.size() - std::string(tail).size(), std::string::npos, tail) == 0) {
+      unit.resize(unit.size() - std::string(tail).size());
+      break;
+    }
+  double mult = 1;
+  if (unit == "K" || unit == "k") mult = 1024.0;
+  else if (unit == "M" || unit == "m") mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "g") mult = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "t") mult = 1024.0 * 1024 * 1024 * 1024;
+  else if (!unit.empty() && unit != "B") throw bad();
+  double bytes = v * mult;
+  if (bytes >= 1.8e19) throw bad();
+  return size_t(bytes);
+}
+
+}  // namespace milrt::cli
