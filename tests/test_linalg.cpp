@@ -228,10 +228,30 @@ TEST(Linear, Errors) {
   expect_error_naming(
       [&] { run_ops({x4, w, b}, stmt("tensor<fp32, [2, 5]>", "z", "linear(x = x, weight = w, bias = b)"), "z"); },
       "linear", "bias");
-  In x5 = input("x", {2, 2, 2, 4}, 1);
-  expect_error_naming(
-      [&] { run_ops({x5, w}, stmt("tensor<fp32, [2, 2, 2, 5]>", "z", "linear(x = x, weight = w)"), "z"); }, "linear",
-      "rank");
+  In x0 = input("x", {}, 1);
+  expect_error_naming([&] { run_ops({x0, w}, stmt("tensor<fp32, [5]>", "z", "linear(x = x, weight = w)"), "z"); },
+                      "linear", "rank");
+}
+
+// coremltools documents x of rank 1 to 3, but its converter emits linear on
+// rank-4 activations and Core ML runs them (docs/mil-deviations.md): every
+// leading dim is a batch dim.
+TEST(Linear, Rank4And5InputsAreBatches) {
+  In w = input("w", {5, 4}, 2), b = input("b", {5}, 3);
+  for (Shape xs : {Shape{2, 3, 2, 4}, Shape{1, 2, 3, 1, 4}}) {
+    In x = input("x", xs, 7);
+    Shape os = xs;
+    os.back() = 5;
+    auto r = run_ops({x, w, b}, stmt(ttype(DType::FP32, os), "z", "linear(x = x, weight = w, bias = b)"), "z");
+    std::vector<double> want;
+    for (int64_t row = 0; row < shape_numel(xs) / 4; ++row)
+      for (int o = 0; o < 5; ++o) {
+        double s = b.v[size_t(o)];
+        for (int i = 0; i < 4; ++i) s += x.v[size_t(row * 4 + i)] * w.v[size_t(o * 4 + i)];
+        want.push_back(s);
+      }
+    expect_close(r["z"], os, want);
+  }
 }
 
 // ---- conv -----------------------------------------------------------------

@@ -136,10 +136,15 @@ void infer_matmul(InferCtx& c) {
   c.set_out(Type::tensor(xc && !yc ? c.dtype("y") : c.dtype("x"), out));
 }
 
+// x may have any rank >= 1 (x·Wᵀ + b over the last dim, every leading dim a
+// batch dim). coremltools documents 1 <= rank <= 3, but its type inference
+// does not check it (its value inference is np.matmul(x, Wᵀ) + b, any rank),
+// its converter emits rank-4 inputs and Core ML runs them: milrt follows the
+// runtime (docs/mil-deviations.md).
 void infer_linear(InferCtx& c) {
   require_domain(c, "x", kNumeric);
   require_weight_domain(c, "weight");
-  require_rank_between(c, "x", 1, 3);
+  if (c.shape("x").empty()) c.fail("input 'x' must have rank >= 1, got " + c.type("x").str());
   c.require_rank("weight", 2);
   const Shape& xs = c.shape("x");
   const Shape& ws = c.shape("weight");
