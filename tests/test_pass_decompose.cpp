@@ -489,21 +489,45 @@ TEST(DecomposeDefault, LayerNormAcrossASize1DimStays) {
 }
 
 // What has no kernel is expanded as decompose-all does: layer_norm over
-// axes that are not one run, parameters that are not constants.
+// axes that are not one run, parameters that are not constants, and the
+// ops that have no kernel in any form.
 TEST(DecomposeDefault, ExpandsWhatHasNoKernel) {
   struct Case {
     std::string what, params, body;
     Strings ops;
   };
   std::vector<Case> cases = {
+      // Its reductions over axes 0 and 2, not one run, become a transpose
+      // that puts them last, a reduction over those and a reshape back.
       {"layer_norm over axes 0 and 2", "tensor<fp32, [2, 3, 4]> x",
        stmt("tensor<fp32, [2, 3, 4]>", "y", "layer_norm(x = x, axes = tensor<int32, [2]>([0, 2]))"),
-       {"reduce_mean", "sub", "mul", "reduce_mean", "add", "rsqrt", "mul"}},
+       {"transpose", "reduce_mean", "reshape", "sub", "mul", "transpose", "reduce_mean", "reshape", "add", "rsqrt",
+        "mul"}},
       {"leaky_relu with a computed alpha", "tensor<fp32, [2, 3, 4]> x, tensor<fp32, []> a",
        stmt("tensor<fp32, [2, 3, 4]>", "y", "leaky_relu(x = x, alpha = a)"), {"mul", "less", "select"}},
       {"sigmoid_hard with a computed beta", "tensor<fp32, [2, 3, 4]> x, tensor<fp32, []> b",
        stmt("tensor<fp32, [2, 3, 4]>", "y", "sigmoid_hard(x = x, alpha = fp32(0.2), beta = b)"),
        {"mul", "add", "clip"}},
+      // Ops with no kernel at all (test_op_coverage.cpp compiles each).
+      {"stack", "tensor<fp32, [2, 3]> x, tensor<fp32, [2, 3]> z",
+       stmt("tensor<fp32, [2, 2, 3]>", "y", "stack(values = (x, z), axis = int32(1))"),
+       {"reshape", "reshape", "concat"}},
+      {"shape", "tensor<fp32, [2, 3, 4]> x", stmt("tensor<int32, [3]>", "y", "shape(x = x)"), {}},
+      {"reverse", "tensor<fp32, [2, 3, 4]> x",
+       stmt("tensor<fp32, [2, 3, 4]>", "y", "reverse(x = x, axes = tensor<int32, [2]>([0, -1]))"),
+       {"slice_by_index"}},
+      {"prelu", "tensor<fp32, [2, 3, 4]> x, tensor<fp32, [3]> a",
+       stmt("tensor<fp32, [2, 3, 4]>", "y", "prelu(x = x, alpha = a)"),
+       {"reshape", "mul", "greater", "select"}},
+      {"batch_norm", "tensor<fp32, [2, 3, 4]> x, tensor<fp32, [3]> m, tensor<fp32, [3]> g",
+       const_stmt("v", random(DType::FP32, {3}, 31, 0.5, 2)) +
+           stmt("tensor<fp32, [2, 3, 4]>", "y", "batch_norm(x = x, mean = m, variance = v, gamma = g)"),
+       {"reshape", "reshape", "add", "rsqrt", "sub", "mul", "mul"}},
+      {"l2_norm", "tensor<fp32, [2, 3, 4]> x", stmt("tensor<fp32, [2, 3, 4]>", "y", "l2_norm(x = x)"),
+       {"mul", "reduce_sum", "add", "rsqrt", "mul"}},
+      {"local_response_norm", "tensor<fp32, [1, 5, 2, 3]> x",
+       stmt("tensor<fp32, [1, 5, 2, 3]>", "y", "local_response_norm(x = x, size = int32(4))"),
+       {"mul", "reshape", "conv", "reshape", "mul", "add", "pow", "real_div"}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);

@@ -9,6 +9,16 @@
 //    Keeping them whole is faster and rounds once, as the op does.
 //  - `decompose-all` expands every one of them, for backends that only have
 //    kernels for the primitives.
+//  - Both expand the ops that have no kernel at all into ops that have one:
+//    stack (reshapes + concat), shape (a constant), reverse (slice_by_index
+//    with stride -1), prelu, softplus_parametric, batch_norm,
+//    instance_norm, l2_norm and local_response_norm (a channel-window
+//    sum as a conv of ones), and reductions over axes that are not one
+//    run of dims become a transpose and a reduction over the last dims.
+//    An expansion may emit a composite op that has
+//    a kernel (instance_norm a layer_norm, softplus_parametric a softplus);
+//    the pass repeats until nothing changes, so decompose-all expands
+//    those too.
 //
 // Each expansion computes the same function in exact arithmetic (the
 // formulas of coremltools' activation.py and normalization.py; rms_norm is
@@ -160,6 +170,17 @@ bool leaky_relu(const Op& op, Replacement& r) {
 
 // ---- normalizations ---------------------------------------------------------
 
+// rsqrt(reduce(x^2 over axes, keep_dims) + eps), reduce being reduce_mean
+// (rms_norm) or reduce_sum (l2_norm).
+Arg inverse_root_of_squares(Replacement& r, const Arg& x, const std::string& reduce, const std::vector<int64_t>& axes,
+                            const Arg& eps, DType dt) {
+  const std::string tag = reduce == "reduce_mean" ? "mean_sq" : "sum_sq";
+  Arg sq = r.emit("mul", "sq", {{"x", x}, {"y", x}});
+  Arg red = r.emit(reduce, tag, {{"x", sq}, {"axes", r.ints(axes)}, {"keep_dims", r.boolean(true)}});
+  Arg shifted = r.emit("add", tag + "_eps", {{"x", red}, {"y", eps}});
+  return r.emit("rsqrt", "rsqrt", {{"x", shifted}, {"epsilon", r.scalar(dt, 0)}});
+}
+
 // x * rsqrt(mean(x^2 over axis) + eps) * w, the axis being 1 for rank 4
 // (the seeds' [1, C, 1, S]) and the last one otherwise; w lies along it.
 bool rms_norm(const Op& op, Replacement& r) {
@@ -177,10 +198,7 @@ bool rms_norm(const Op& op, Replacement& r) {
     w_shape[0] = wt.has_unknown_dims() ? xt.shape[size_t(axis)] : shape_numel(wt.shape);
     if (w_shape[0] < 0) return false;
   }
-  Arg sq = r.emit("mul", "sq", {{"x", x}, {"y", x}});
-  Arg ms = r.emit("reduce_mean", "mean_sq", {{"x", sq}, {"axes", r.ints({axis})}, {"keep_dims", r.boolean(true)}});
-  Arg shifted = r.emit("add", "mean_sq_eps", {{"x", ms}, {"y", *eps}});
-  Arg inv = r.emit("rsqrt", "rsqrt", {{"x", shifted}, {"epsilon", r.scalar(dt, 0)}});
+  Arg inv = inverse_root_of_squares(r, x, "reduce_mean", {axis}, *eps, dt);
   if (!op.has("w")) {
     r.finish("mul", {{"x", x}, {"y", inv}});
     return true;
@@ -252,6 +270,253 @@ bool layer_norm(const Op& op, Replacement& r) {
   return true;
 }
 
+// ---- ops without a kernel of their own -------------------------------------
+
+// A per-channel parameter [C] of x [N, C, ...] as an operand of x's dtype
+// that broadcasts along dim 1: [C, 1, ..., 1]. nullopt when C is unknown.
+std::optional<Arg> per_channel(Replacement& r, const Op& op, const std::string& key, const Type& xt) {
+  if (xt.shape.size() < 2 || xt.shape[1] < 0) return std::nullopt;
+  Shape s(xt.shape.size() - 1, 1);
+  s[0] = xt.shape[1];
+  return r.as_operand(*op.arg(key), xt.dtype, s, key);
+}
+
+Arg bool_vector(const std::vector<bool>& v) {
+  Literal l;
+  l.type = Type::tensor(DType::Bool, {int64_t(v.size())});
+  l.value = Tensor(DType::Bool, l.type.shape);
+  for (size_t i = 0; i < v.size(); ++i) l.value.set(i, v[i] ? 1 : 0);
+  return Arg::of_const(std::move(l));
+}
+
+// stack(values, axis) = concat of each value with a size-1 dim inserted at
+// axis: reshapes (views in a plan) where the shape is known, else expand_dims.
+bool stack(const Op& op, Replacement& r) {
+  const Arg* values = op.arg("values");
+  auto axis = passes::const_ints(r, op, "axis");
+  if (!values || !axis || axis->size() != 1) return false;
+  std::vector<Arg> elems = values->kind == Arg::Kind::Tuple ? values->elems : std::vector<Arg>{*values};
+  if (elems.empty()) return false;
+  Shape s = r.info(elems[0]).type.shape;
+  int64_t rank = int64_t(s.size()), ax = (*axis)[0] < 0 ? (*axis)[0] + rank + 1 : (*axis)[0];
+  if (ax < 0 || ax > rank) return false;  // the verifier reports it
+  std::vector<Arg> expanded;
+  for (size_t i = 0; i < elems.size(); ++i) {
+    Type t = r.info(elems[i]).type;
+    std::string tag = "expanded_" + std::to_string(i);
+    if (t.has_unknown_dims()) {
+      expanded.push_back(r.emit("expand_dims", tag, {{"x", elems[i]}, {"axes", r.ints({ax})}}));
+    } else {
+      Shape e = t.shape;
+      e.insert(e.begin() + ax, 1);
+      expanded.push_back(r.emit("reshape", tag, {{"x", elems[i]}, {"shape", r.ints(e)}}));
+    }
+  }
+  r.finish("concat", {{"values", Arg::of_tuple(expanded)}, {"axis", r.scalar(DType::Int32, double(ax))},
+                      {"interleave", r.boolean(false)}});
+  return true;
+}
+
+// shape(x) of a statically shaped x is a constant.
+bool shape_op(const Op& op, Replacement& r) {
+  Type t = r.info(x_of(op)).type;
+  if (t.has_unknown_dims()) return false;
+  r.finish("const", {{"val", r.ints(t.shape)}});
+  r.ops().back().inputs[0].in_attr_block = true;  // const(...)[val = ...], as the parser expects
+  return true;
+}
+
+// reverse(x, axes) = x[::-1] along each axis (all of them by default).
+bool reverse(const Op& op, Replacement& r) {
+  const Arg& x = x_of(op);
+  int64_t rank = int64_t(r.info(x).type.shape.size());
+  std::vector<bool> flip(size_t(rank), !op.has("axes"));
+  if (op.has("axes")) {
+    auto axes = passes::const_ints(r, op, "axes");
+    if (!axes) return false;
+    for (int64_t a : *axes) {
+      if (a < -rank || a >= rank) return false;
+      flip[size_t(a < 0 ? a + rank : a)] = true;
+    }
+  }
+  if (rank == 0 || std::none_of(flip.begin(), flip.end(), [](bool f) { return f; })) {
+    r.finish("identity", {{"x", x}});
+    return true;
+  }
+  std::vector<int64_t> zeros(size_t(rank), 0), stride;
+  for (bool f : flip) stride.push_back(f ? -1 : 1);
+  std::vector<bool> all(size_t(rank), true);
+  r.finish("slice_by_index", {{"x", x}, {"begin", r.ints(zeros)}, {"end", r.ints(zeros)}, {"stride", r.ints(stride)},
+                              {"begin_mask", bool_vector(all)}, {"end_mask", bool_vector(all)}});
+  return true;
+}
+
+// prelu(x, alpha) = x > 0 ? x : alpha x, alpha per channel (dim 1).
+bool prelu(const Op& op, Replacement& r) {
+  const Arg& x = x_of(op);
+  Type xt = r.info(x).type;
+  auto alpha = per_channel(r, op, "alpha", xt);
+  if (!alpha) return false;
+  Arg ax = r.emit("mul", "scaled", {{"x", x}, {"y", *alpha}});
+  Arg pos = r.emit("greater", "positive", {{"x", x}, {"y", r.scalar(xt.dtype, 0)}});
+  r.finish("select", {{"cond", pos}, {"a", x}, {"b", ax}});
+  return true;
+}
+
+// softplus_parametric(x, alpha, beta) = alpha softplus(beta x), per channel.
+bool softplus_parametric(const Op& op, Replacement& r) {
+  const Arg& x = x_of(op);
+  Type xt = r.info(x).type;
+  auto alpha = per_channel(r, op, "alpha", xt), beta = per_channel(r, op, "beta", xt);
+  if (!alpha || !beta) return false;
+  Arg bx = r.emit("mul", "scaled", {{"x", x}, {"y", *beta}});
+  Arg sp = r.emit("softplus", "softplus", {{"x", bx}});
+  r.finish("mul", {{"x", sp}, {"y", *alpha}});
+  return true;
+}
+
+// y * gamma + beta per channel, each optional; finishes the replacement.
+void channel_affine(Replacement& r, Arg y, const std::optional<Arg>& gamma, const std::optional<Arg>& beta) {
+  if (gamma && beta) y = r.emit("mul", "scaled", {{"x", y}, {"y", *gamma}});
+  if (beta) r.finish("add", {{"x", y}, {"y", *beta}});
+  else if (gamma) r.finish("mul", {{"x", y}, {"y", *gamma}});
+  else r.finish("identity", {{"x", y}});
+}
+
+// batch_norm: (x - mean) rsqrt(variance + epsilon) gamma + beta, per channel.
+bool batch_norm(const Op& op, Replacement& r) {
+  const Arg& x = x_of(op);
+  Type xt = r.info(x).type;
+  DType dt = xt.dtype;
+  auto mean = per_channel(r, op, "mean", xt), var = per_channel(r, op, "variance", xt);
+  auto eps = scalar_param(r, op, "epsilon", dt, 1e-5);
+  if (!mean || !var || !eps) return false;
+  std::optional<Arg> gamma, beta;
+  if (op.has("gamma") && !(gamma = per_channel(r, op, "gamma", xt))) return false;
+  if (op.has("beta") && !(beta = per_channel(r, op, "beta", xt))) return false;
+  Arg shifted = r.emit("add", "var_eps", {{"x", *var}, {"y", *eps}});
+  Arg inv = r.emit("rsqrt", "rsqrt", {{"x", shifted}, {"epsilon", r.scalar(dt, 0)}});
+  Arg centered = r.emit("sub", "centered", {{"x", x}, {"y", *mean}});
+  if (!gamma && !beta) {
+    r.finish("mul", {{"x", centered}, {"y", inv}});
+    return true;
+  }
+  channel_affine(r, r.emit("mul", "normed", {{"x", centered}, {"y", inv}}), gamma, beta);
+  return true;
+}
+
+// instance_norm: layer_norm over the spatial dims (2, 3, ...) of each
+// [n, c], then gamma and beta per channel.
+bool instance_norm(const Op& op, Replacement& r) {
+  const Arg& x = x_of(op);
+  Type xt = r.info(x).type;
+  int64_t rank = int64_t(xt.shape.size());
+  auto eps = scalar_param(r, op, "epsilon", xt.dtype, 1e-5);
+  if (rank < 3 || !eps) return false;
+  std::optional<Arg> gamma, beta;
+  if (op.has("gamma") && !(gamma = per_channel(r, op, "gamma", xt))) return false;
+  if (op.has("beta") && !(beta = per_channel(r, op, "beta", xt))) return false;
+  std::vector<int64_t> axes;
+  for (int64_t d = 2; d < rank; ++d) axes.push_back(d);
+  Inputs ln = {{"x", x}, {"axes", r.ints(axes)}, {"epsilon", *eps}};
+  if (!gamma && !beta) {
+    r.finish("layer_norm", ln);
+    return true;
+  }
+  channel_affine(r, r.emit("layer_norm", "normed", ln), gamma, beta);
+  return true;
+}
+
+// l2_norm: x rsqrt(sum(x^2) + epsilon) over the last three dims.
+bool l2_norm(const Op& op, Replacement& r) {
+  const Arg& x = x_of(op);
+  Type xt = r.info(x).type;
+  int64_t rank = int64_t(xt.shape.size());
+  auto eps = scalar_param(r, op, "epsilon", xt.dtype, 1e-6);
+  if (rank < 3 || !eps) return false;
+  Arg inv = inverse_root_of_squares(r, x, "reduce_sum", {rank - 3, rank - 2, rank - 1}, *eps, xt.dtype);
+  r.finish("mul", {{"x", x}, {"y", inv}});
+  return true;
+}
+
+// local_response_norm: x / (k + alpha / size * s)^beta, s the sum of x^2
+// over `size` channels starting (size - 1) / 2 before each one. That window
+// sum is a conv of ones over x^2 viewed as [N, 1, C, spatial], padded by
+// (size - 1) / 2 channels before and size / 2 after.
+bool local_response_norm(const Op& op, Replacement& r) {
+  const Arg& x = x_of(op);
+  Type xt = r.info(x).type;
+  DType dt = xt.dtype;
+  auto size = passes::const_ints(r, op, "size");
+  auto alpha = scalar_param(r, op, "alpha", dt, 1e-4), beta = scalar_param(r, op, "beta", dt, 0.75);
+  auto k = scalar_param(r, op, "k", dt, 1.0);
+  if (!size || size->size() != 1 || (*size)[0] < 1 || !alpha || !beta || !k || xt.has_unknown_dims()) return false;
+  auto a = literal_value(*alpha);
+  if (!a) return false;
+  const int64_t n = (*size)[0], before = (n - 1) / 2, after = n - 1 - before;
+  const Shape& xs = xt.shape;
+  int64_t spatial = shape_numel(Shape(xs.begin() + 2, xs.end()));
+  Literal ones;
+  ones.type = Type::tensor(dt, {1, 1, n, 1});
+  ones.value = Tensor(dt, ones.type.shape);
+  for (int64_t i = 0; i < n; ++i) ones.value.set(size_t(i), 1.0);
+  Arg sq = r.emit("mul", "sq", {{"x", x}, {"y", x}});
+  Arg sq4 = r.emit("reshape", "sq_rows", {{"x", sq}, {"shape", r.ints({xs[0], 1, xs[1], spatial})}});
+  Arg window = r.emit("conv", "window_sum",
+                      {{"x", sq4}, {"weight", Arg::of_const(std::move(ones))}, {"pad_type", r.str("custom")},
+                       {"pad", r.ints({before, after, 0, 0})}});
+  Arg sum = r.emit("reshape", "sum_sq", {{"x", window}, {"shape", r.ints(xs)}});
+  Arg scaled = r.emit("mul", "scaled", {{"x", sum}, {"y", r.scalar(dt, *a / double(n))}});
+  Arg base = r.emit("add", "base", {{"x", scaled}, {"y", *k}});
+  Arg denom = r.emit("pow", "denominator", {{"x", base}, {"y", *beta}});
+  r.finish("real_div", {{"x", x}, {"y", denom}});
+  return true;
+}
+
+// reduce_* over axes that are not one run of x's dims (size-1 dims aside),
+// which the reduction kernel's [outer, n, inner] view cannot take: x
+// transposed so that the reduced dims come last, in order, then reduced
+// over those, then reshaped to keep_dims' shape if asked.
+bool scattered_reduction(const Op& op, Replacement& r) {
+  const Arg& x = x_of(op);
+  Type xt = r.info(x).type;
+  int64_t rank = int64_t(xt.shape.size());
+  auto axes = passes::const_ints(r, op, "axes");
+  std::optional<double> keep = 0.0;
+  if (const Arg* k = op.arg("keep_dims")) {
+    if (k->kind == Arg::Kind::Tuple) return false;
+    const Tensor* v = r.info(*k).value;
+    keep = v && v->numel() == 1 ? std::optional<double>(v->at(0)) : std::nullopt;
+  }
+  if (!axes || axes->empty() || !keep || xt.has_unknown_dims()) return false;
+  std::vector<bool> reduced(size_t(rank), false);
+  for (int64_t a : *axes) {
+    if (a < -rank || a >= rank) return false;
+    reduced[size_t(a < 0 ? a + rank : a)] = true;
+  }
+  int64_t first = -1, last = -1;
+  for (int64_t d = 0; d < rank; ++d)
+    if (reduced[size_t(d)] && xt.shape[size_t(d)] != 1) first = first < 0 ? d : first, last = d;
+  bool one_run = true;
+  for (int64_t d = first; first >= 0 && d <= last; ++d) one_run = one_run && (reduced[size_t(d)] || xt.shape[size_t(d)] == 1);
+  if (one_run) return false;
+  std::vector<int64_t> perm, tail;
+  for (int64_t d = 0; d < rank; ++d) (reduced[size_t(d)] ? tail : perm).push_back(d);
+  const int64_t kept = int64_t(perm.size());
+  perm.insert(perm.end(), tail.begin(), tail.end());
+  std::vector<int64_t> last_axes;
+  for (int64_t d = kept; d < rank; ++d) last_axes.push_back(d);
+  Arg t = r.emit("transpose", "reduced_last", {{"x", x}, {"perm", r.ints(perm)}});
+  Inputs red = {{"x", t}, {"axes", r.ints(last_axes)}, {"keep_dims", r.boolean(false)}};
+  if (*keep == 0) {
+    r.finish(op.type, red);
+    return true;
+  }
+  Arg y = r.emit(op.type, "reduced", red);
+  r.finish("reshape", {{"x", y}, {"shape", r.ints(op.outputs[0].type.shape)}});
+  return true;
+}
+
 // A scalar parameter that is absent or a compile-time constant.
 bool const_or_absent(const Replacement& r, const Op& op, const std::string& key) {
   const Arg* a = op.arg(key);
@@ -303,6 +568,16 @@ bool has_kernel(const Op& op, const Replacement& r) {
 }
 
 bool decompose_op(const Op& op, Replacement& r) {
+  if (op.type == "shape") return shape_op(op, r);
+  if (op.type == "reverse") return reverse(op, r);
+  if (op.type == "prelu") return prelu(op, r);
+  if (op.type == "softplus_parametric") return softplus_parametric(op, r);
+  if (op.type == "batch_norm") return batch_norm(op, r);
+  if (op.type == "instance_norm") return instance_norm(op, r);
+  if (op.type == "l2_norm") return l2_norm(op, r);
+  if (op.type == "local_response_norm") return local_response_norm(op, r);
+  if (op.type.rfind("reduce_", 0) == 0 && op.type != "reduce_argmax" && op.type != "reduce_argmin")
+    return scattered_reduction(op, r);
   if (op.type == "silu") return silu(op, r);
   if (op.type == "gelu") return gelu(op, r);
   if (op.type == "softplus") return softplus(op, r);
@@ -317,11 +592,22 @@ bool decompose_op(const Op& op, Replacement& r) {
 void run(Program& p, bool all) {
   for (auto& f : p.functions) {
     std::set<std::string> read_before = passes::names_read(f);
-    passes::rewrite_ops(f, p.version == "1.3", [all](const Op& op, Replacement& r) {
-      if (op.outputs.size() != 1 || !op.has("x") || x_of(op).kind == Arg::Kind::Tuple) return false;
-      if (!all && has_kernel(op, r)) return false;
-      return decompose_op(op, r);
-    });
+    // Until nothing changes: an expansion may emit a composite op that this
+    // mode expands too. Each round replaces ops by strictly simpler ones, so
+    // a few rounds suffice; the bound only guards against a rule cycle.
+    bool changed = true;
+    for (int round = 0; changed && round < 8; ++round) {
+      changed = false;
+      passes::rewrite_ops(f, p.version == "1.3", [all, &changed](const Op& op, Replacement& r) {
+        if (op.outputs.size() != 1) return false;
+        bool done = false;
+        if (op.type == "stack") done = stack(op, r);
+        else if (!op.has("x") || x_of(op).kind == Arg::Kind::Tuple) return false;
+        else if (all || !has_kernel(op, r)) done = decompose_op(op, r);
+        changed = changed || done;
+        return done;
+      });
+    }
     passes::drop_orphaned_consts(f, read_before);  // e.g. an rms_norm weight once reshaped
   }
 }

@@ -1,7 +1,8 @@
-// Lowering of conv and lstm: padding, output geometry, gate layout and
+// Lowering of conv, conv_transpose and lstm: padding, output geometry, gate layout and
 // activations are resolved here, at compile time, exactly as the reference
 // (src/reference/ops/linalg.cpp) resolves them.
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <memory>
 
@@ -38,22 +39,40 @@ const char* act_name(kernels::ConvAct a) {
   return "";
 }
 
+// The parameters conv and conv_transpose share, read and checked.
+struct ConvParams {
+  size_t nsp = 0;  // spatial dims
+  std::vector<int64_t> strides, dilations, pad;
+  int64_t groups = 1;
+  std::string pad_type;
+};
+
+ConvParams conv_params(const Op& op, LowerCtx& ctx, const ValueRef& x, const ValueRef& w) {
+  require_float(op, {x, w});
+  const size_t rank = x.shape.size();
+  if (rank < 3 || rank > 5 || w.shape.size() != rank) throw_op_error(op, "x and weight must have rank 3 to 5");
+  ConvParams p;
+  p.nsp = rank - 2;
+  p.strides = ctx.const_ints(op, "strides", std::vector<int64_t>(p.nsp, 1));
+  p.dilations = ctx.const_ints(op, "dilations", std::vector<int64_t>(p.nsp, 1));
+  p.groups = ctx.const_int(op, "groups", 1);
+  p.pad_type = ctx.const_str(op, "pad_type", "valid");
+  p.pad = p.pad_type == "custom" ? ctx.const_ints(op, "pad", std::vector<int64_t>(2 * p.nsp, 0))
+                                 : std::vector<int64_t>(2 * p.nsp, 0);
+  if (p.strides.size() != p.nsp || p.dilations.size() != p.nsp || p.pad.size() != 2 * p.nsp)
+    throw_op_error(op, "strides, dilations and pad must have one (pad: two) value per spatial dim");
+  return p;
+}
+
 }  // namespace
 
 std::unique_ptr<Step> lower_conv_with(const Op& op, LowerCtx& ctx, kernels::ConvAct act, float alpha, float beta) {
   ValueRef x = ctx.input(op, "x"), w = ctx.input(op, "weight"), o = ctx.output(op);
-  require_float(op, {x, w});
-  const size_t rank = x.shape.size();
-  if (rank < 3 || rank > 5 || w.shape.size() != rank) throw_op_error(op, "x and weight must have rank 3 to 5");
-  const size_t nsp = rank - 2;
-  std::vector<int64_t> strides = ctx.const_ints(op, "strides", std::vector<int64_t>(nsp, 1));
-  std::vector<int64_t> dilations = ctx.const_ints(op, "dilations", std::vector<int64_t>(nsp, 1));
-  int64_t groups = ctx.const_int(op, "groups", 1);
-  std::string pad_type = ctx.const_str(op, "pad_type", "valid");
-  std::vector<int64_t> pad = pad_type == "custom" ? ctx.const_ints(op, "pad", std::vector<int64_t>(2 * nsp, 0))
-                                                  : std::vector<int64_t>(2 * nsp, 0);
-  if (strides.size() != nsp || dilations.size() != nsp || pad.size() != 2 * nsp)
-    throw_op_error(op, "strides, dilations and pad must have one (pad: two) value per spatial dim");
+  const ConvParams p = conv_params(op, ctx, x, w);
+  const size_t nsp = p.nsp;
+  const std::vector<int64_t>&strides = p.strides, &dilations = p.dilations, &pad = p.pad;
+  const int64_t groups = p.groups;
+  const std::string& pad_type = p.pad_type;
   if (groups < 1) throw_op_error(op, "groups must be >= 1");
   kernels::ConvGeometry g;
   g.batch = x.shape[0];
@@ -137,6 +156,97 @@ int optional_vector(const Op& op, LowerCtx& ctx, const std::string& key, int64_t
   require_float(op, {v});
   if (v.numel() != n) throw_op_error(op, "'" + key + "' must have " + std::to_string(n) + " values");
   return v.id;
+}
+
+// conv_transpose: every input element scattered through the kernel into the
+// full output ((in - 1) * stride + dilated kernel per dim), of which the
+// window starting `before` elements in is kept: `custom` pads, `same` crops
+// floor(excess / 2) in front; output_shape fixes the size (positions past
+// the full output hold the bias). Direct loops, spatial dims as three (the
+// leading ones size 1), one output channel group at a time.
+std::unique_ptr<Step> lower_conv_transpose(const Op& op, LowerCtx& ctx) {
+  ValueRef x = ctx.input(op, "x"), w = ctx.input(op, "weight"), o = ctx.output(op);
+  const ConvParams p = conv_params(op, ctx, x, w);
+  const size_t rank = x.shape.size(), nsp = p.nsp;
+  const std::vector<int64_t>&strides = p.strides, &dilations = p.dilations, &pad = p.pad;
+  const int64_t groups = p.groups;
+  const std::string& pad_type = p.pad_type;
+  const int64_t batch = x.shape[0], cin = x.shape[1];
+  if (groups < 1 || cin % groups != 0 || w.shape[0] != cin)
+    throw_op_error(op, "weight " + shape_str(w.shape) + " does not fit x " + shape_str(x.shape) + " with groups = " +
+                           std::to_string(groups));
+  const int64_t cig = cin / groups, cog = w.shape[1], cout = cog * groups;
+  std::vector<int64_t> given;
+  if (op.has("output_shape")) given = ctx.const_ints(op, "output_shape");
+  std::array<int64_t, 3> in{1, 1, 1}, k{1, 1, 1}, st{1, 1, 1}, dil{1, 1, 1}, out{1, 1, 1}, before{0, 0, 0};
+  Shape want = {batch, cout};
+  for (size_t i = 0; i < nsp; ++i) {
+    const size_t d = 3 - nsp + i;
+    in[d] = x.shape[2 + i], k[d] = w.shape[2 + i], st[d] = strides[i], dil[d] = dilations[i];
+    if (st[d] < 1 || dil[d] < 1) throw_op_error(op, "strides and dilations must be >= 1");
+    const int64_t full = (in[d] - 1) * st[d] + (k[d] - 1) * dil[d] + 1;
+    if (pad_type == "valid") out[d] = full;
+    else if (pad_type == "custom") out[d] = full - pad[2 * i] - pad[2 * i + 1], before[d] = pad[2 * i];
+    else if (pad_type == "same") out[d] = in[d] * st[d];
+    else throw_op_error(op, "pad_type must be valid, same or custom, got '" + pad_type + "'");
+    if (!given.empty()) {
+      if (given.size() != rank) throw_op_error(op, "output_shape must have one value per dim of x");
+      out[d] = given[2 + i];
+    }
+    if (pad_type == "same") before[d] = std::max<int64_t>(0, full - out[d]) / 2;
+    if (out[d] <= 0) throw_op_error(op, "spatial dim " + std::to_string(i) + " gets no output");
+    want.push_back(out[d]);
+  }
+  if (want != o.shape)
+    throw_op_error(op, "conv_transpose gives shape " + shape_str(want) + " but the output is declared " +
+                           shape_str(o.shape));
+  int ib = -1;
+  if (op.has("bias")) {
+    ValueRef b = ctx.input(op, "bias");
+    require_float(op, {b});
+    if (b.numel() != cout) throw_op_error(op, "bias must have one value per output channel");
+    ib = b.id;
+  }
+  const int64_t nin = in[0] * in[1] * in[2], nk = k[0] * k[1] * k[2], nout = out[0] * out[1] * out[2];
+  int ix = x.id, iw = w.id, io = o.id;
+  auto step = make_step("conv_transpose:direct", op, [=](const Frame& f) {
+    const float* xp = f.at<float>(ix);
+    const float* wp = f.at<float>(iw);
+    const float* bp = ib >= 0 ? f.at<float>(ib) : nullptr;
+    float* yp = f.at<float>(io);
+    for (int64_t n = 0; n < batch; ++n)
+      for (int64_t oc = 0; oc < cout; ++oc) std::fill_n(yp + (n * cout + oc) * nout, nout, bp ? bp[oc] : 0.0f);
+    for (int64_t n = 0; n < batch; ++n)
+      for (int64_t ic = 0; ic < cin; ++ic) {
+        const int64_t g = ic / cig;
+        const float* xc = xp + (n * cin + ic) * nin;
+        for (int64_t ocl = 0; ocl < cog; ++ocl) {
+          float* yc = yp + (n * cout + g * cog + ocl) * nout;
+          const float* wk = wp + (ic * cog + ocl) * nk;
+          for (int64_t p0 = 0; p0 < in[0]; ++p0)
+            for (int64_t p1 = 0; p1 < in[1]; ++p1)
+              for (int64_t p2 = 0; p2 < in[2]; ++p2) {
+                const float v = xc[(p0 * in[1] + p1) * in[2] + p2];
+                for (int64_t k0 = 0; k0 < k[0]; ++k0) {
+                  const int64_t q0 = p0 * st[0] + k0 * dil[0] - before[0];
+                  if (q0 < 0 || q0 >= out[0]) continue;
+                  for (int64_t k1 = 0; k1 < k[1]; ++k1) {
+                    const int64_t q1 = p1 * st[1] + k1 * dil[1] - before[1];
+                    if (q1 < 0 || q1 >= out[1]) continue;
+                    for (int64_t k2 = 0; k2 < k[2]; ++k2) {
+                      const int64_t q2 = p2 * st[2] + k2 * dil[2] - before[2];
+                      if (q2 < 0 || q2 >= out[2]) continue;
+                      yc[(q0 * out[1] + q1) * out[2] + q2] += v * wk[(k0 * k[1] + k1) * k[2] + k2];
+                    }
+                  }
+                }
+              }
+        }
+      }
+  });
+  step->info.flops = 2.0 * double(x.numel()) * double(cog * nk);
+  step->info.bytes = 4.0 * double(x.numel() + w.numel() + o.numel());
+  return step;
 }
 
 std::unique_ptr<Step> lower_lstm(const Op& op, LowerCtx& ctx) {
@@ -229,6 +339,7 @@ std::unique_ptr<Step> lower_lstm(const Op& op, LowerCtx& ctx) {
 
 void register_nn_lowerings() {
   register_lowering("conv", lower_conv);
+  register_lowering("conv_transpose", lower_conv_transpose);
   register_lowering("lstm", lower_lstm);
 }
 

@@ -50,6 +50,22 @@ std::unique_ptr<Step> lower_arg_reduce(const Op& op, LowerCtx& ctx) {
   split_dims(x.shape, axis, axis, outer, n, inner);
   bool is_max = op.type == "reduce_argmax";
   int ix = x.id, io = o.id;
+  if (x.dtype == DType::Int32) {
+    // Integers are stored as int32 (read as floats they would be garbage); the first extremum wins.
+    return make_step(op.type, op, [=](const Frame& f) {
+      const int32_t* xp = f.at<int32_t>(ix);
+      int32_t* yp = f.at<int32_t>(io);
+      for (int64_t a = 0; a < outer; ++a)
+        for (int64_t c = 0; c < inner; ++c) {
+          const int32_t* p = xp + a * n * inner + c;
+          int64_t best = 0;
+          for (int64_t i = 1; i < n; ++i)
+            if (is_max ? p[i * inner] > p[best * inner] : p[i * inner] < p[best * inner]) best = i;
+          yp[a * inner + c] = int32_t(best);
+        }
+    });
+  }
+  if (x.dtype != DType::FP32) throw_op_error(op, "only float and integer inputs compile");
   return make_step(op.type, op, [=](const Frame& f) { kernels::arg_reduce_f32(is_max, f.at<float>(ix), f.at<int32_t>(io), outer, n, inner); });
 }
 }  // namespace

@@ -2,7 +2,7 @@
 // passes scatter-add where the forward pass gathers): gather_along_axis,
 // gather_nd, scatter, scatter_along_axis, scatter_nd, one_hot, and the
 // generators and shape-driven copies fill, fill_like, range_1d, tile,
-// band_part, cumsum and topk.
+// band_part, cumsum, topk, argsort and reverse_sequence.
 //
 // Index arrays arrive at run time: kernels check every index before they
 // write, and a bad one becomes an Error naming the op. Negative indices count
@@ -382,6 +382,70 @@ std::unique_ptr<Step> lower_topk(const Op& op, LowerCtx& ctx) {
   return step;
 }
 
+// argsort: the positions topk(k = n) would give, the sorted values going to
+// a scratch buffer; ties and NaNs as there.
+std::unique_ptr<Step> lower_argsort(const Op& op, LowerCtx& ctx) {
+  ValueRef x = ctx.input(op, "x"), o = ctx.output(op);
+  if (x.dtype != DType::FP32 && x.dtype != DType::Int32) throw_op_error(op, "only float and integer argsort compiles");
+  if (o.dtype != DType::Int32) throw_op_error(op, "the output must be integers to compile");
+  require_shape(op, o.shape, x.shape, "the output");
+  const int64_t axis = norm_axis(op, ctx.const_int(op, "axis", -1), int64_t(x.shape.size()));
+  const bool ascending = ctx.const_bool(op, "ascending", false);
+  int64_t outer, n, inner;
+  split_dims(x.shape, axis, axis, outer, n, inner);
+  // Scratch allocated once here: a plan runs one call at a time.
+  auto scratch = std::make_shared<std::vector<int32_t>>(size_t(n) + size_t(x.numel()));
+  const bool is_float = x.dtype == DType::FP32;
+  int ix = x.id, io = o.id;
+  auto step = make_step("argsort", op, [=](const Frame& f) {
+    int32_t* order = scratch->data();
+    int32_t* sorted = order + n;  // 4-byte values of either dtype
+    if (is_float)
+      kernels::topk(f.at<float>(ix), outer, n, inner, n, ascending, reinterpret_cast<float*>(sorted),
+                    f.at<int32_t>(io), order);
+    else kernels::topk(f.at<int32_t>(ix), outer, n, inner, n, ascending, sorted, f.at<int32_t>(io), order);
+  });
+  step->info.bytes = 12.0 * double(x.numel());
+  return step;
+}
+
+// reverse_sequence: along seq_axis, the first lengths[b] elements of batch
+// entry b reversed, the rest kept. lengths arrive at run time and are checked
+// there.
+std::unique_ptr<Step> lower_reverse_sequence(const Op& op, LowerCtx& ctx) {
+  ValueRef x = ctx.input(op, "x"), len = ctx.input(op, "lengths"), o = ctx.output(op);
+  require_int_indices(op, len);
+  require_shape(op, o.shape, x.shape, "the output");
+  const int64_t rank = int64_t(x.shape.size());
+  const size_t seq = size_t(norm_axis(op, ctx.const_int(op, "seq_axis", 0), rank));
+  const size_t batch = size_t(norm_axis(op, ctx.const_int(op, "batch_axis", 0), rank));
+  if (seq == batch) throw_op_error(op, "seq_axis and batch_axis must differ");
+  if (len.numel() != x.shape[batch]) throw_op_error(op, "'lengths' must have one entry per batch");
+  int64_t seq_stride = 1, batch_stride = 1;
+  for (size_t d = seq + 1; d < size_t(rank); ++d) seq_stride *= x.shape[d];
+  for (size_t d = batch + 1; d < size_t(rank); ++d) batch_stride *= x.shape[d];
+  const int64_t seq_len = x.shape[seq], nb = x.shape[batch], total = x.numel();
+  const size_t elem = dtype_size(x.dtype);
+  int ix = x.id, il = len.id, io = o.id;
+  std::string name = who(op);
+  auto step = make_step("reverse_sequence", op, [=](const Frame& f) {
+    const int32_t* lengths = f.at<int32_t>(il);
+    for (int64_t b = 0; b < nb; ++b)
+      if (lengths[b] < 0 || lengths[b] > seq_len)
+        throw Error(name + ": length " + std::to_string(lengths[b]) + " exceeds the sequence of " +
+                    std::to_string(seq_len));
+    const auto* src = static_cast<const uint8_t*>(f.ptr[size_t(ix)]);
+    auto* dst = static_cast<uint8_t*>(f.ptr[size_t(io)]);
+    for (int64_t i = 0; i < total; ++i) {
+      const int64_t t = (i / seq_stride) % seq_len, l = lengths[(i / batch_stride) % nb];
+      const int64_t from = t < l ? i + (l - 1 - 2 * t) * seq_stride : i;
+      std::memcpy(dst + size_t(i) * elem, src + size_t(from) * elem, elem);
+    }
+  });
+  step->info.bytes = 2.0 * double(total) * double(elem);
+  return step;
+}
+
 }  // namespace
 
 void register_scatter_gather_lowerings() {
@@ -398,6 +462,8 @@ void register_scatter_gather_lowerings() {
   register_lowering("band_part", lower_band_part);
   register_lowering("cumsum", lower_cumsum);
   register_lowering("topk", lower_topk);
+  register_lowering("argsort", lower_argsort);
+  register_lowering("reverse_sequence", lower_reverse_sequence);
   allow_in_place("band_part");   // element i of the output depends on element i of x alone
 }
 
