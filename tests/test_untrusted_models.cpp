@@ -334,9 +334,27 @@ TEST(MemoryLimit, TheCliTakesMaxMemory) {
   r = s.run({"--max-memory", "40"});
   EXPECT_TRUE(IsOneLineError(r));
   EXPECT_NE(r.err.find("needs 48 bytes"), std::string::npos) << r.err;
+  for (const char* ok : {"1.5G", "512MiB", "64KB"}) EXPECT_TRUE(Succeeded(s.run({"--max-memory", ok}))) << ok;
   r = s.run({"--max-memory", "12Q"});
   EXPECT_TRUE(IsOneLineError(r));
   EXPECT_NE(r.err.find("--max-memory"), std::string::npos) << r.err;
+}
+
+// ---------------------------------------------------------------- loops
+
+// while_loop has no implementation yet, so no model can loop: `check`
+// refuses it. When it gets one (reference executor or plan), it needs an
+// iteration cap ending with a clear Error (issue #20); this test then fails
+// as a reminder: replace it with one of an endless loop hitting the cap.
+TEST(Loops, WhileLoopIsRefusedUntilItHasAnIterationCap) {
+  const std::string dir = test::temp_dir("untrusted_loop");
+  write_bytes(dir + "/loop.mil",
+              "program(1.3)\n{\n    func main<ios18>(tensor<int32, [1]> x) {\n"
+              "        tensor<int32, [1]> y = while_loop(loop_vars = (x))[name = string(\"y\")];\n"
+              "    } -> (y);\n}\n");
+  CliResult r = run_cli({"check", dir + "/loop.mil"});
+  EXPECT_TRUE(IsOneLineError(r));
+  EXPECT_NE(r.err.find("unknown op 'while_loop'"), std::string::npos) << r.err;
 }
 
 // ---------------------------------------------------------------- cancellation

@@ -520,7 +520,9 @@ size_t default_max_memory() {
   return size_t(pages) / 4 * 3 * size_t(page);
 }
 
-void Plan::cancel() { impl_->cancelled.store(true); }
+void Plan::cancel() {
+  if (impl_) impl_->cancelled.store(true);
+}
 
 Plan::Plan() = default;
 Plan::Plan(Plan&&) noexcept = default;
