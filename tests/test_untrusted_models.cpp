@@ -340,6 +340,20 @@ TEST(MemoryLimit, TheCliTakesMaxMemory) {
   EXPECT_NE(r.err.find("--max-memory"), std::string::npos) << r.err;
 }
 
+TEST(MemoryLimit, BenchRefusesBeforeMakingRandomInputs) {
+  // x is fp32 [65536, 65536], 16 GiB: bench would fill it with random
+  // numbers; the plan is refused first.
+  const std::string dir = test::temp_dir("untrusted_bench");
+  write_bytes(dir + "/huge.mil",
+              "program(1.3)\n{\n    func main<ios18>(tensor<fp32, [65536, 65536]> x) {\n"
+              "        tensor<fp32, [65536, 65536]> y = add(x = x, y = x)[name = string(\"y\")];\n"
+              "    } -> (y);\n}\n");
+  CliResult r = run_cli({"bench", dir + "/huge.mil", "--max-memory", "1G", "--runs", "1"});
+  EXPECT_TRUE(IsOneLineError(r));
+  EXPECT_NE(r.err.find("memory limit of 1073741824 bytes"), std::string::npos) << r.err;
+  EXPECT_LT(r.max_rss_kb, 512 * 1024) << "kB";
+}
+
 // ---------------------------------------------------------------- loops
 
 // while_loop has no implementation yet, so no model can loop: `check`
