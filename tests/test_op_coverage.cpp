@@ -180,10 +180,7 @@ std::map<std::string, Case> cases() {
                          "sigmoid", "sign", "silu", "sin", "sinh", "softsign", "square", "tanh", "gelu", "softplus",
                          "identity"})
     t[op] = unary_op(-2, 2);
-  // Integer abs, sign and square have no compiled kernel yet (the unary
-  // kernels are float-only): fp32 and fp16 here, the gap is listed in
-  // docs/mil-deviations.md.
-  t["identity"].dtypes = kFI;
+  for (const char* op : {"abs", "sign", "square", "identity"}) t[op].dtypes = kFI;
   for (const char* op : {"acos", "asin", "atanh"}) t[op] = unary_op(-0.9, 0.9);
   t["tan"] = unary_op(-1.2, 1.2);
   t["relu6"] = unary_op(-2, 8);

@@ -14,7 +14,8 @@
 //    with stride -1), prelu, softplus_parametric, batch_norm,
 //    instance_norm, l2_norm and local_response_norm (a channel-window
 //    sum as a conv of ones), and reductions over axes that are not one
-//    run of dims become a transpose and a reduction over the last dims.
+//    run of dims become a transpose and a reduction over the last dims;
+//    integer abs, square and sign become integer mul, maximum and select.
 //    An expansion may emit a composite op that has
 //    a kernel (instance_norm a layer_norm, softplus_parametric a softplus);
 //    the pass repeats until nothing changes, so decompose-all expands
@@ -517,6 +518,28 @@ bool scattered_reduction(const Op& op, Replacement& r) {
   return true;
 }
 
+// Integer abs, square and sign (the unary kernels are float-only), exactly,
+// from integer ops that have kernels: max(x, -x), x * x, and
+// select(x > 0, 1, select(x < 0, -1, 0)).
+bool integer_unary(const Op& op, Replacement& r) {
+  const Arg& x = x_of(op);
+  DType dt = r.info(x).type.dtype;
+  if (dt != DType::Int32) return false;
+  if (op.type == "square") {
+    r.finish("mul", {{"x", x}, {"y", x}});
+  } else if (op.type == "abs") {
+    Arg neg = r.emit("mul", "negated", {{"x", x}, {"y", r.scalar(dt, -1)}});
+    r.finish("maximum", {{"x", x}, {"y", neg}});
+  } else {
+    Arg pos = r.emit("greater", "positive", {{"x", x}, {"y", r.scalar(dt, 0)}});
+    Arg neg = r.emit("less", "negative", {{"x", x}, {"y", r.scalar(dt, 0)}});
+    Arg zero = r.emit("mul", "zero", {{"x", x}, {"y", r.scalar(dt, 0)}});
+    Arg low = r.emit("select", "nonpositive", {{"cond", neg}, {"a", r.scalar(dt, -1)}, {"b", zero}});
+    r.finish("select", {{"cond", pos}, {"a", r.scalar(dt, 1)}, {"b", low}});
+  }
+  return true;
+}
+
 // A scalar parameter that is absent or a compile-time constant.
 bool const_or_absent(const Replacement& r, const Op& op, const std::string& key) {
   const Arg* a = op.arg(key);
@@ -578,6 +601,7 @@ bool decompose_op(const Op& op, Replacement& r) {
   if (op.type == "local_response_norm") return local_response_norm(op, r);
   if (op.type.rfind("reduce_", 0) == 0 && op.type != "reduce_argmax" && op.type != "reduce_argmin")
     return scattered_reduction(op, r);
+  if (op.type == "abs" || op.type == "square" || op.type == "sign") return integer_unary(op, r);
   if (op.type == "silu") return silu(op, r);
   if (op.type == "gelu") return gelu(op, r);
   if (op.type == "softplus") return softplus(op, r);
