@@ -9,17 +9,17 @@
 //    Keeping them whole is faster and rounds once, as the op does.
 //  - `decompose-all` expands every one of them, for backends that only have
 //    kernels for the primitives.
-//  - Both expand the ops that have no kernel at all into ops that have one:
-//    stack (reshapes + concat), shape (a constant), reverse (slice_by_index
-//    with stride -1), prelu, softplus_parametric, batch_norm,
-//    instance_norm, l2_norm and local_response_norm (a channel-window
-//    sum as a conv of ones), and reductions over axes that are not one
-//    run of dims become a transpose and a reduction over the last dims;
-//    integer abs, square and sign become integer mul, maximum and select.
-//    An expansion may emit a composite op that has
-//    a kernel (instance_norm a layer_norm, softplus_parametric a softplus);
-//    the pass repeats until nothing changes, so decompose-all expands
-//    those too.
+//  - Both expand what has no kernel in any form into ops that have one:
+//    stack (reshapes + concat), interleaved concat (the same + a reshape),
+//    shape (a constant), reverse (slice_by_index with stride -1), prelu,
+//    softplus_parametric, batch_norm, instance_norm, l2_norm,
+//    local_response_norm (its channel-window sum a conv of ones),
+//    reductions over axes that are not one run of dims (a transpose that
+//    puts them last, then the reduction), and integer abs, square and sign
+//    (integer maximum, mul and select). An expansion may emit a composite
+//    op that has a kernel (instance_norm a layer_norm, softplus_parametric
+//    a softplus); the pass repeats until nothing changes, so decompose-all
+//    expands those too.
 //
 // Each expansion computes the same function in exact arithmetic (the
 // formulas of coremltools' activation.py and normalization.py; rms_norm is
@@ -290,17 +290,14 @@ Arg bool_vector(const std::vector<bool>& v) {
   return Arg::of_const(std::move(l));
 }
 
-// stack(values, axis) = concat of each value with a size-1 dim inserted at
-// axis: reshapes (views in a plan) where the shape is known, else expand_dims.
-bool stack(const Op& op, Replacement& r) {
-  const Arg* values = op.arg("values");
-  auto axis = passes::const_ints(r, op, "axis");
-  if (!values || !axis || axis->size() != 1) return false;
-  std::vector<Arg> elems = values->kind == Arg::Kind::Tuple ? values->elems : std::vector<Arg>{*values};
-  if (elems.empty()) return false;
-  Shape s = r.info(elems[0]).type.shape;
-  int64_t rank = int64_t(s.size()), ax = (*axis)[0] < 0 ? (*axis)[0] + rank + 1 : (*axis)[0];
-  if (ax < 0 || ax > rank) return false;  // the verifier reports it
+// The elements of a tuple input (a lone value as one).
+std::vector<Arg> elements_of(const Arg& values) {
+  return values.kind == Arg::Kind::Tuple ? values.elems : std::vector<Arg>{values};
+}
+
+// Each value with a size-1 dim inserted at `ax`: reshapes (views in a plan)
+// where the shape is known, else expand_dims.
+std::vector<Arg> with_unit_dim(Replacement& r, const std::vector<Arg>& elems, int64_t ax) {
   std::vector<Arg> expanded;
   for (size_t i = 0; i < elems.size(); ++i) {
     Type t = r.info(elems[i]).type;
@@ -313,8 +310,41 @@ bool stack(const Op& op, Replacement& r) {
       expanded.push_back(r.emit("reshape", tag, {{"x", elems[i]}, {"shape", r.ints(e)}}));
     }
   }
-  r.finish("concat", {{"values", Arg::of_tuple(expanded)}, {"axis", r.scalar(DType::Int32, double(ax))},
-                      {"interleave", r.boolean(false)}});
+  return expanded;
+}
+
+// stack(values, axis) = concat of the values with a size-1 dim inserted at axis.
+bool stack(const Op& op, Replacement& r) {
+  const Arg* values = op.arg("values");
+  auto axis = passes::const_ints(r, op, "axis");
+  if (!values || !axis || axis->size() != 1) return false;
+  std::vector<Arg> elems = elements_of(*values);
+  if (elems.empty()) return false;
+  int64_t rank = int64_t(r.info(elems[0]).type.shape.size()), ax = (*axis)[0] < 0 ? (*axis)[0] + rank + 1 : (*axis)[0];
+  if (ax < 0 || ax > rank) return false;  // the verifier reports it
+  r.finish("concat", {{"values", Arg::of_tuple(with_unit_dim(r, elems, ax))},
+                      {"axis", r.scalar(DType::Int32, double(ax))}, {"interleave", r.boolean(false)}});
+  return true;
+}
+
+// concat(values, axis, interleave = true) of k values of one shape: element
+// j of value i lands at j * k + i along axis, which is stacking them after
+// axis ([..., d, k, ...]) and merging those two dims.
+bool interleaved_concat(const Op& op, Replacement& r) {
+  const Arg* values = op.arg("values");
+  const Arg* il = op.arg("interleave");
+  auto axis = passes::const_ints(r, op, "axis");
+  if (!values || !il || !axis || axis->size() != 1 || il->kind == Arg::Kind::Tuple) return false;
+  const Tensor* flag = r.info(*il).value;
+  if (!flag || flag->numel() != 1 || flag->at(0) == 0) return false;
+  const Type& out = op.outputs[0].type;
+  std::vector<Arg> elems = elements_of(*values);
+  int64_t rank = int64_t(out.shape.size()), ax = (*axis)[0] < 0 ? (*axis)[0] + rank : (*axis)[0];
+  if (elems.empty() || ax < 0 || ax >= rank || out.has_unknown_dims()) return false;
+  Arg stacked = r.emit("concat", "stacked", {{"values", Arg::of_tuple(with_unit_dim(r, elems, ax + 1))},
+                                             {"axis", r.scalar(DType::Int32, double(ax + 1))},
+                                             {"interleave", r.boolean(false)}});
+  r.finish("reshape", {{"x", stacked}, {"shape", r.ints(out.shape)}});
   return true;
 }
 
@@ -626,6 +656,7 @@ void run(Program& p, bool all) {
         if (op.outputs.size() != 1) return false;
         bool done = false;
         if (op.type == "stack") done = stack(op, r);
+        else if (op.type == "concat") done = interleaved_concat(op, r);
         else if (!op.has("x") || x_of(op).kind == Arg::Kind::Tuple) return false;
         else if (all || !has_kernel(op, r)) done = decompose_op(op, r);
         changed = changed || done;
