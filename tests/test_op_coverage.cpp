@@ -48,9 +48,6 @@ const std::set<std::string> kSkipped = {
     // State ops need state<> parameters and persist across runs:
     // test_plan_bindings.cpp and the KV-cache tests.
     "read_state", "coreml_update_state",
-    // milrt's fused ops are made only by the fusion passes, out of ops this
-    // sweep covers; test_pass_fuse_*.cpp run each pass against the reference.
-    "milrt_attention", "milrt_conv", "milrt_elementwise", "milrt_gemm", "milrt_rms_norm", "milrt_softmax",
     // The output shape depends on the values (how many are non-zero): a plan
     // has static shapes, so non_zero runs on the reference executor only.
     "non_zero",
@@ -540,6 +537,48 @@ std::map<std::string, Case> cases() {
         {"query", g.input({b, l, e})}, {"key", g.input({b, s, e})}, {"value", g.input({b, s, ev})}};
     if (g.coin()) in.push_back({"attn_mask", g.input({l, s}, 0, 1, DType::Bool)});
     g.op("scaled_dot_product_attention", in);
+  });
+
+  // milrt's fused ops, which the fusion passes make (and test_pass_fuse_*.cpp
+  // test as passes), written here directly.
+  t["milrt_elementwise"] = custom(kF, [](Gen& g) {
+    const char* exprs[] = {"add(%1, mul(%0, sigmoid(%0)))", "clip(mul(%0, 0.5), 0, 6)", "real_div(%0, add(abs(%1), 1))",
+                           "gelu_tanh(sub(%0, %1))"};
+    Shape s = g.shape(size_t(g.pick(1, 4)));
+    Shape ys(s.begin() + g.pick(0, int64_t(s.size()) - 1), s.end());
+    g.op("milrt_elementwise", {{"inputs", tuple({g.input(s), g.input(ys)})}, {"expr", lit_str(exprs[g.pick(0, 3)])}});
+  });
+  t["milrt_gemm"] = custom(kF, [](Gen& g) {
+    const char* acts[] = {"none", "relu", "gelu_tanh", "silu", "sigmoid"};
+    int64_t m = g.pick(1, 6), k = g.pick(1, 8), n = g.pick(1, 6);
+    std::vector<std::pair<std::string, Operand>> in = {{"x", g.input({2, m, k})}, {"y", g.constant({n, k})},
+                                                       {"transpose_y", lit_bool(true)}, {"bias", g.constant({n})},
+                                                       {"activation", lit_str(acts[g.pick(0, 4)])}};
+    if (g.coin()) in.push_back({"residual", g.input({2, m, n})});
+    if (g.coin()) in.push_back({"alpha", g.scalar(0.5)});
+    g.op("milrt_gemm", in);
+  });
+  t["milrt_softmax"] = custom(kF, [](Gen& g) {
+    Shape s = g.shape(3);
+    g.op("milrt_softmax", {{"x", g.input(s, -3, 3)}, {"mask", g.input({s[1], s[2]})}, {"scale", g.scalar(0.75)},
+                           {"axis", lit_i32(-1)}});
+  });
+  t["milrt_attention"] = custom(kF, [](Gen& g) {
+    int64_t b = g.pick(1, 2), l = g.pick(1, 5), e = g.pick(1, 6), ev = g.pick(1, 6);
+    g.op("milrt_attention", {{"q", g.input({b, l, e})}, {"k", g.input({b, l, e})}, {"v", g.input({b, l, ev})},
+                             {"scale", g.scalar(0.5)}, {"causal", lit_bool(g.coin())}});
+  });
+  t["milrt_conv"] = custom(kF, [](Gen& g) {
+    const char* acts[] = {"none", "relu", "sigmoid", "silu"};
+    int64_t cin = g.pick(1, 3), cout = g.pick(1, 3);
+    g.op("milrt_conv", {{"x", g.input({1, cin, g.pick(3, 7)})}, {"weight", g.constant({cout, cin, g.pick(1, 3)})},
+                        {"bias", g.constant({cout})}, {"pad_type", lit_str("same")},
+                        {"activation", lit_str(acts[g.pick(0, 3)])}});
+  });
+  t["milrt_rms_norm"] = custom(kF, [](Gen& g) {
+    Shape s = g.shape(3);
+    g.op("milrt_rms_norm", {{"x", g.input(s)}, {"gamma", g.constant({s[2]})}, {"axes", lit_i32s({-1})},
+                            {"eps", g.scalar(1e-3)}});
   });
   return t;
 }
