@@ -472,6 +472,11 @@ std::map<std::string, Case> cases() {
         {"x", g.input(xs)}, {"weight", g.constant(ws)}, {"strides", lit_i32s(strides)}, {"dilations", lit_i32s(dil)},
         {"groups", lit_i32(groups)}, {"pad_type", lit_str(pad_type)}};
     if (pad_type == "custom") in.push_back({"pad", lit_i32s(pad)});
+    if (pad_type == "valid" && g.coin()) {  // output_shape past the full output: bias only there
+      std::vector<int64_t> os = {xs[0], cog * groups};
+      for (size_t i = 0; i < nsp; ++i) os.push_back((xs[2 + i] - 1) * strides[i] + (ws[2 + i] - 1) * dil[i] + 1 + g.pick(0, 1));
+      in.push_back({"output_shape", lit_i32s(os)});
+    }
     if (g.coin()) in.push_back({"bias", g.constant({cog * groups})});
     g.op("conv_transpose", in);
   });
