@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <set>
 
 #include <fmt/format.h>
@@ -282,9 +283,71 @@ LlamaWeights init_llama_weights(const LlamaConfig& cfg, uint64_t seed) {
 
 namespace {
 constexpr char kStateMagic[8] = {'M', 'I', 'L', 'R', 'T', 'T', 'S', '\0'};
-constexpr uint32_t kStateVersion = 1;
+constexpr char kTensorMagic[8] = {'M', 'I', 'L', 'R', 'T', 'W', 'T', '\0'};
+constexpr uint32_t kStateVersion = 1, kTensorVersion = 1;
 constexpr uint32_t kMaxNameBytes = 4096;
 constexpr uint32_t kMaxRank = 16;
+
+// The record both files share: uint32 name length, name, uint32 rank, int64
+// dims, then `arrays` fp32 arrays of the tensor's size (weights: 1; moments: 2).
+void write_record(AtomicFileWriter& out, const std::string& name, const std::vector<const Tensor*>& arrays) {
+  const Tensor& t = *arrays.front();
+  out.write_pod(uint32_t(name.size()));
+  out.write(name.data(), name.size());
+  out.write_pod(uint32_t(t.shape().size()));
+  for (int64_t d : t.shape()) out.write_pod(d);
+  for (const Tensor* a : arrays) out.write(a->data(), a->nbytes());
+}
+
+void check_record(const std::string& name, const Tensor& t, const std::function<void(const std::string&)>& fail) {
+  if (name.empty() || name.size() > kMaxNameBytes) fail("a tensor name is empty or too long");
+  if (t.dtype() != DType::FP32) fail("'" + name + "' must be fp32");
+  if (t.shape().size() > kMaxRank) fail("'" + name + "': rank too high");
+}
+
+// Reads record `i` into `arrays` fp32 tensors; every count is checked
+// against the bytes left before anything is allocated.
+std::string read_record(FileReader& r, uint64_t i, std::vector<Tensor>& arrays, size_t n_arrays) {
+  std::string what = fmt::format("tensor {}", i);
+  uint32_t len = r.pod<uint32_t>(what + "'s name length");
+  if (len == 0 || len > kMaxNameBytes) r.fail(fmt::format("implausible name length {} of {}", len, what));
+  std::string name(len, '\0');
+  r.read(name.data(), len, what + "'s name");
+  what = "'" + name + "'";
+  uint32_t rank = r.pod<uint32_t>(what + "'s rank");
+  if (rank > kMaxRank) r.fail(fmt::format("implausible rank {} of {}", rank, what));
+  Shape shape(rank);
+  uint64_t numel = 1;
+  for (uint32_t d = 0; d < rank; ++d) {
+    shape[d] = r.pod<int64_t>(what + "'s shape");
+    if (shape[d] < 0 || uint64_t(shape[d]) > r.left() || __builtin_mul_overflow(numel, uint64_t(shape[d]), &numel))
+      r.fail(fmt::format("implausible dimension {} of {}", shape[d], what));
+  }
+  if (numel > r.left() / (4 * n_arrays))
+    r.fail(fmt::format("truncated: {} {} needs {} bytes, {} left", what, shape_str(shape), numel * 4 * n_arrays, r.left()));
+  arrays.clear();
+  for (size_t a = 0; a < n_arrays; ++a) {
+    arrays.emplace_back(DType::FP32, shape);
+    r.read(arrays.back().mutable_data(), arrays.back().nbytes(), what + (n_arrays == 1 ? "'s data" : a == 0 ? "'s m" : "'s v"));
+  }
+  return name;
+}
+
+// The magic and version every file starts with.
+void read_preamble(FileReader& r, const char (&magic)[8], uint32_t version, const char* kind) {
+  char got[8];
+  r.read(got, sizeof got, "the magic");
+  if (std::memcmp(got, magic, sizeof got) != 0) r.fail(fmt::format("bad magic: not a {}", kind));
+  uint32_t v = r.pod<uint32_t>("the version");
+  if (v != version) r.fail(fmt::format("unsupported version {} (this reader knows {})", v, version));
+}
+
+// Each record takes at least 8 bytes: a larger count is garbage.
+uint64_t read_count(FileReader& r) {
+  uint64_t count = r.pod<uint64_t>("the tensor count");
+  if (count > r.left() / 8) r.fail(fmt::format("implausible tensor count {} for {} bytes", count, r.size()));
+  return count;
+}
 }  // namespace
 
 void save_train_state(const std::string& path, const TrainState& s) {
@@ -293,26 +356,17 @@ void save_train_state(const std::string& path, const TrainState& s) {
   for (const auto& [name, m] : s.m) {
     auto it = s.v.find(name);
     if (it == s.v.end()) fail("'" + name + "' has m but no v");
-    if (m.dtype() != DType::FP32 || it->second.dtype() != DType::FP32) fail("'" + name + "': moments must be fp32");
+    check_record(name, m, fail);
+    check_record(name, it->second, fail);
     if (m.shape() != it->second.shape())
       fail(fmt::format("'{}': m is {}, v is {}", name, shape_str(m.shape()), shape_str(it->second.shape())));
-    if (name.empty() || name.size() > kMaxNameBytes) fail("a tensor name is empty or too long");
-    if (m.shape().size() > kMaxRank) fail("'" + name + "': rank too high");
   }
   AtomicFileWriter out(path);
   out.write(kStateMagic, sizeof kStateMagic);
   out.write_pod(kStateVersion);
   out.write_pod(int64_t(s.step));
   out.write_pod(uint64_t(s.m.size()));
-  for (const auto& [name, m] : s.m) {
-    const Tensor& v = s.v.at(name);
-    out.write_pod(uint32_t(name.size()));
-    out.write(name.data(), name.size());
-    out.write_pod(uint32_t(m.shape().size()));
-    for (int64_t d : m.shape()) out.write_pod(d);
-    out.write(m.data(), m.nbytes());
-    out.write(v.data(), v.nbytes());
-  }
+  for (const auto& [name, m] : s.m) write_record(out, name, {&m, &s.v.at(name)});
   out.write_pod(uint64_t(s.extra.size()));
   out.write(s.extra.data(), s.extra.size());
   out.commit();
@@ -320,43 +374,17 @@ void save_train_state(const std::string& path, const TrainState& s) {
 
 TrainState load_train_state(const std::string& path) {
   FileReader r(path, "train state");
-  char magic[8];
-  r.read(magic, sizeof magic, "the magic");
-  if (std::memcmp(magic, kStateMagic, sizeof magic) != 0) r.fail("bad magic: not a milrt train state file");
-  uint32_t version = r.pod<uint32_t>("the version");
-  if (version != kStateVersion) r.fail(fmt::format("unsupported version {} (this reader knows {})", version, kStateVersion));
+  read_preamble(r, kStateMagic, kStateVersion, "milrt train state file");
   TrainState s;
   s.step = r.pod<int64_t>("the step");
   if (s.step < 0) r.fail(fmt::format("implausible step {}", s.step));
-  uint64_t count = r.pod<uint64_t>("the tensor count");
-  // Each tensor takes at least 8 bytes of header: a count beyond that is garbage.
-  if (count > r.left() / 8) r.fail(fmt::format("implausible tensor count {} for {} bytes", count, r.size()));
+  const uint64_t count = read_count(r);
+  std::vector<Tensor> mv;
   for (uint64_t i = 0; i < count; ++i) {
-    std::string what = fmt::format("tensor {}", i);
-    uint32_t len = r.pod<uint32_t>(what + "'s name length");
-    if (len == 0 || len > kMaxNameBytes) r.fail(fmt::format("implausible name length {} of {}", len, what));
-    std::string name(len, '\0');
-    r.read(name.data(), len, what + "'s name");
-    what = "'" + name + "'";
-    if (s.m.count(name)) r.fail(what + " appears twice");
-    uint32_t rank = r.pod<uint32_t>(what + "'s rank");
-    if (rank > kMaxRank) r.fail(fmt::format("implausible rank {} of {}", rank, what));
-    Shape shape(rank);
-    uint64_t numel = 1;
-    for (uint32_t d = 0; d < rank; ++d) {
-      shape[d] = r.pod<int64_t>(what + "'s shape");
-      if (shape[d] < 0 || uint64_t(shape[d]) > r.left() ||
-          __builtin_mul_overflow(numel, uint64_t(shape[d]), &numel))
-        r.fail(fmt::format("implausible dimension {} of {}", shape[d], what));
-    }
-    if (numel > r.left() / 8)
-      r.fail(fmt::format("truncated: {} {} needs {} bytes of moments, {} left", what, shape_str(shape), numel * 8,
-                         r.left()));
-    Tensor m(DType::FP32, shape), v(DType::FP32, shape);
-    r.read(m.mutable_data(), m.nbytes(), what + "'s m");
-    r.read(v.mutable_data(), v.nbytes(), what + "'s v");
-    s.m.emplace(name, std::move(m));
-    s.v.emplace(name, std::move(v));
+    std::string name = read_record(r, i, mv, 2);
+    if (s.m.count(name)) r.fail("'" + name + "' appears twice");
+    s.m.emplace(name, std::move(mv[0]));
+    s.v.emplace(name, std::move(mv[1]));
   }
   uint64_t extra = r.pod<uint64_t>("the extra length");
   if (extra > r.left()) r.fail(fmt::format("truncated: extra data of {} bytes, {} left", extra, r.left()));
@@ -364,6 +392,41 @@ TrainState load_train_state(const std::string& path) {
   r.read(s.extra.data(), extra, "the extra data");
   if (r.left() != 0) r.fail(fmt::format("{} unexpected bytes after the end", r.left()));
   return s;
+}
+
+void save_tensor_file(const std::string& path, const TensorMap& tensors) {
+  auto fail = [&](const std::string& why) { throw Error(fmt::format("tensor file '{}': {}", path, why)); };
+  for (const auto& [name, t] : tensors) check_record(name, t, fail);
+  AtomicFileWriter out(path);
+  out.write(kTensorMagic, sizeof kTensorMagic);
+  out.write_pod(kTensorVersion);
+  out.write_pod(uint64_t(tensors.size()));
+  for (const auto& [name, t] : tensors) write_record(out, name, {&t});
+  out.commit();
+}
+
+bool is_tensor_file(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return false;
+  char got[8];
+  bool yes = std::fread(got, 1, sizeof got, f) == sizeof got && std::memcmp(got, kTensorMagic, sizeof got) == 0;
+  std::fclose(f);
+  return yes;
+}
+
+TensorMap load_tensor_file(const std::string& path) {
+  FileReader r(path, "tensor file");
+  read_preamble(r, kTensorMagic, kTensorVersion, "milrt tensor file");
+  const uint64_t count = read_count(r);
+  TensorMap out;
+  std::vector<Tensor> one;
+  for (uint64_t i = 0; i < count; ++i) {
+    std::string name = read_record(r, i, one, 1);
+    if (out.count(name)) r.fail("'" + name + "' appears twice");
+    out.emplace(name, std::move(one[0]));
+  }
+  if (r.left() != 0) r.fail(fmt::format("{} unexpected bytes after the end", r.left()));
+  return out;
 }
 
 }  // namespace milrt::llm

@@ -1,6 +1,7 @@
 // Llama weights on disk: llama2.c's checkpoints (legacy version 0 and
 // version 1 "ak42"), their random initialization, and the training state
-// (AdamW moments, step, the trainer's own bytes) kept beside a checkpoint.
+// (AdamW moments, step, the trainer's own bytes) kept beside a checkpoint,
+// and a plain file of named fp32 tensors for other tasks' weights.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -58,5 +59,16 @@ struct TrainState {
 // bytes left before it is allocated.
 void save_train_state(const std::string& path, const TrainState& s);
 TrainState load_train_state(const std::string& path);
+
+// Named fp32 tensors: the weights of tasks without a llama2.c format (the
+// seed layer's checkpoint.bin). Format (little-endian): "MILRTWT\0", uint32
+// version 1, uint64 tensor count; per tensor, in name order: uint32 name
+// length, name, uint32 rank, int64 dims, fp32 data; nothing after. Written
+// atomically; read with the train state's checks (counts against the bytes
+// left before allocating, duplicates and trailing bytes refused).
+void save_tensor_file(const std::string& path, const TensorMap& tensors);
+TensorMap load_tensor_file(const std::string& path);
+// Whether `path` starts with the tensor file's magic (false if unreadable).
+bool is_tensor_file(const std::string& path);
 
 }  // namespace milrt::llm

@@ -100,8 +100,8 @@ std::string efficiency_report(const TrainTask& task, const TrainOptions& opt, co
     s += fmt::format("  throughput  {:9.0f} tokens/s\n", accum * double(task.tokens_per_microstep) / (step_ms / 1000));
   if (task.flops_per_microstep > 0 && step_ms > 0) {
     const double gflops = accum * task.flops_per_microstep / (step_ms / 1000) * 1e-9;
-    s += fmt::format("  useful      {:9.1f} GFLOP/s = {:.1f}% of the measured fp32 FMA peak ({:.0f} GFLOP/s on {} thread{})\n",
-                     gflops, log.peak_gflops > 0 ? 100 * gflops / log.peak_gflops : 0, log.peak_gflops, log.threads,
+    s += fmt::format("  useful      {:9.1f} GFLOP/s = {:.1f}% of the measured {} peak ({:.0f} GFLOP/s on {} thread{})\n",
+                     gflops, log.peak_gflops > 0 ? 100 * gflops / log.peak_gflops : 0, log.peak_kind, log.peak_gflops, log.threads,
                      log.threads == 1 ? "" : "s");
   }
   return s;

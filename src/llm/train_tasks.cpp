@@ -119,8 +119,7 @@ TrainTask llama_task(const LlamaConfig& cfg, std::shared_ptr<const Tokenizer> to
   return t;
 }
 
-TrainTask seed_layer_task(uint32_t seed) {
-  const SeedLayerConfig cfg;
+TrainTask seed_layer_task(const SeedLayerConfig& cfg, uint32_t seed) {
   TrainTask t;
   t.name = "seed-layer";
   t.program = build_seed_layer_loss(cfg);
@@ -135,9 +134,38 @@ TrainTask seed_layer_task(uint32_t seed) {
       std::memcpy(in.at(name).mutable_data(), src.data(), src.nbytes());
     }
   };
-  const double d = double(cfg.dim), h = double(cfg.hidden), T = double(cfg.seq);
-  t.flops_per_microstep = 3 * (T * (2 * 4 * d * d + 2 * 3 * d * h) + 4 * T * T * d);
+  t.flops_per_microstep = seed_layer_flops(cfg).total();
+  t.save_weights = [](const std::string& path, const TensorMap& w) { save_tensor_file(path, w); };
   return t;
+}
+
+SeedLayerFlops seed_layer_flops(const SeedLayerConfig& cfg) {
+  const double d = double(cfg.dim), h = double(cfg.hidden), T = double(cfg.seq);
+  const double weights = 2 * T * (4 * d * d + 3 * d * h);  // wq wk wv wo, w1 w3 [h, d], w2 [d, h]
+  SeedLayerFlops f;
+  f.forward = weights + 4 * T * T * d;  // Q·Kᵀ and P·V over all heads
+  f.backward_dx = weights;
+  f.backward_dw = weights;
+  f.attention_backward = 8 * T * T * d;  // dP, dV, dQ, dK
+  return f;
+}
+
+TensorMap load_seed_layer_weights(const std::string& path, const SeedLayerConfig& cfg) {
+  if (!is_tensor_file(path))
+    throw Error(fmt::format("seed-layer weights '{}': not a milrt tensor file (is it a llama2.c checkpoint of another "
+                            "--config?)", path));
+  TensorMap w = load_tensor_file(path);
+  const std::vector<WeightSpec> specs = seed_layer_weight_specs(cfg);
+  for (const WeightSpec& s : specs) {
+    auto it = w.find(s.name);
+    if (it == w.end()) throw Error(fmt::format("seed-layer weights '{}': no tensor '{}'", path, s.name));
+    if (it->second.shape() != s.shape)
+      throw Error(fmt::format("seed-layer weights '{}': '{}' is {}, this layer needs {}", path, s.name,
+                              shape_str(it->second.shape()), shape_str(s.shape)));
+  }
+  if (w.size() != specs.size())
+    throw Error(fmt::format("seed-layer weights '{}': {} tensors, the layer has {}", path, w.size(), specs.size()));
+  return w;
 }
 
 }  // namespace milrt::llm

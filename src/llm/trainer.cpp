@@ -131,6 +131,7 @@ struct LossScale {
 }  // namespace
 
 TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
+  const auto run_start = Clock::now();
   if (opt.steps < 0 || opt.accum < 1) throw Error("train: --steps must be >= 0 and --accum >= 1");
   check_weights(task, weights);
   own_weights(weights);
@@ -142,6 +143,7 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
   go.loss = "loss";
   go.recompute = opt.recompute;
   for (const WeightSpec& w : task.weights) go.wrt.push_back(w.name);
+  const auto compile_start = Clock::now();
   Program derived = differentiate(task.program, go);
   CompileOptions step_options;
   step_options.function = go.function + "_grad";
@@ -150,6 +152,8 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
   CompileOptions eval_options;
   eval_options.matmul_precision = opt.precision;
   Plan eval_plan = compile(task.program, eval_options);
+  const double compile_ms = ms_since(compile_start);
+  if (opt.on_compiled) opt.on_compiled(step_plan, eval_plan, compile_ms);
 
   TensorMap data = make_data_inputs(*fwd, task.weights);
   TensorMap grads, micro;  // micro: one micro-step's gradients when accumulating
@@ -178,6 +182,7 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
   AdamW adamw(opt.adamw, weights);
   TrainLog log;
   log.threads = kernels::num_threads();
+  log.compile_ms = compile_ms;
   namespace fs = std::filesystem;
   const std::string ckpt = opt.out_dir.empty() ? "" : (fs::path(opt.out_dir) / "checkpoint.bin").string();
   const std::string state_path = opt.out_dir.empty() ? "" : (fs::path(opt.out_dir) / "train_state.bin").string();
@@ -226,11 +231,12 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
     save_train_state(state_path, st);
     write_loss_csv(csv_path, log);
     write_loss_svg((fs::path(opt.out_dir) / "loss.svg").string(), log, task.name);
+    log.wall_ms = ms_since(run_start);
+    if (opt.on_save) opt.on_save(step, log);
   };
 
   const bool live = !opt.quiet && isatty(STDERR_FILENO);
-  std::vector<double> t_fb, t_fwd, t_opt, t_data, t_step;
-  const auto run_start = Clock::now();
+  std::vector<double> t_fb, t_fwd, t_opt, t_data, t_step, t_acc;
   int64_t step = log.first_step;
   for (; step < opt.steps; ++step) {
     auto step_t0 = Clock::now();
@@ -245,7 +251,11 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
       step_plan.run();
       t_fb.push_back(ms_since(t0));
       loss_sum += loss;
-      if (opt.accum > 1) accumulate_gradients(grads, micro, a == 0);
+      if (opt.accum > 1) {
+        t0 = Clock::now();
+        accumulate_gradients(grads, micro, a == 0);
+        t_acc.push_back(ms_since(t0));
+      }
     }
     auto t0 = Clock::now();
     if (opt.accum > 1 || scaling) scale_gradients(grads, 1.0 / (double(opt.accum) * scale));
@@ -273,6 +283,8 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
     t_opt.push_back(ms_since(t0));
     const double ms = ms_since(step_t0);
     t_step.push_back(ms);
+    log.train_ms += ms;
+    log.micro_steps += opt.accum;
 
     TrainLog::Row row{step + 1, loss_sum / double(opt.accum) / scale, NAN, lr, grad_norm, ms};
     if (!std::isfinite(row.loss) && !skipped) throw Error(fmt::format("train: the loss is {} at step {}: lower the learning rate", row.loss, step + 1));
@@ -288,8 +300,22 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
     if (tok_s > 0) line += fmt::format(" | {:.0f} tok/s", tok_s);
     line += fmt::format(" | {:.1f} ms/step | lr {:.2e} | ETA {}", step_ms, lr, fmt_duration(eta));
     if (live) std::fprintf(stderr, "\r\033[K%s", line.c_str());
-    else if (!opt.quiet && ((step + 1) % std::max(1, opt.log_every) == 0 || last || !std::isnan(row.val_loss)))
+    else if (!opt.quiet && (opt.phase_lines || (step + 1) % std::max(1, opt.log_every) == 0 || last || !std::isnan(row.val_loss)))
       std::printf("%s\n", line.c_str()), std::fflush(stdout);
+    if (opt.phase_lines && !opt.quiet) {
+      // This step alone, per micro-step, as the seed prints each batch.
+      const size_t n = size_t(opt.accum);
+      auto mean_last = [&](const std::vector<double>& v, size_t k) {
+        double sum = 0;
+        for (size_t i = v.size() - std::min(k, v.size()); i < v.size(); ++i) sum += v[i];
+        return k ? sum / double(k) : 0.0;
+      };
+      if (live) std::fprintf(stderr, "\r\033[K%s\n", line.c_str());
+      std::printf("  [batch %lld: %lld micro-steps in %.0f ms, %.1f ms each] fwd+bwd %.1f | accumulate %.2f | optimizer %.2f | data %.3f ms/micro-step\n",
+                  (long long)(step + 1), (long long)opt.accum, ms, ms / double(opt.accum), mean_last(t_fb, n),
+                  opt.accum > 1 ? mean_last(t_acc, n) : 0.0, t_opt.back() / double(opt.accum), mean_last(t_data, n));
+      std::fflush(stdout);
+    }
     if (opt.save_every > 0 && (step + 1) % opt.save_every == 0 && !last) save(step + 1);
     if (opt.stop && opt.stop->load()) {
       log.interrupted = true;
@@ -299,14 +325,18 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
   }
   if (live) std::fprintf(stderr, "\n");
   if (t_fwd.empty() && !log.interrupted) evaluate(&t_fwd);
+  log.ms_accumulate = median(t_acc);
   save(step);
-  (void)run_start;
+  log.wall_ms = ms_since(run_start);
   log.loss_scale = ls.scale;
   log.ms_fwd_bwd = median(t_fb);
   log.ms_fwd = median(t_fwd);
   log.ms_optimizer = median(t_opt);
   log.ms_data = median(t_data);
-  log.peak_gflops = kernels::measure_peak_gflops(kernels::PeakKind::fp32_fma, log.threads);
+  // The ceiling of the arithmetic the step's products use.
+  const bool bf16 = opt.precision == CompileOptions::MatmulPrecision::bf16;
+  log.peak_kind = bf16 ? "bf16 dot" : "fp32 FMA";
+  log.peak_gflops = kernels::measure_peak_gflops(bf16 ? kernels::PeakKind::bf16_dot : kernels::PeakKind::fp32_fma, log.threads);
   if (!opt.out_dir.empty()) {
     const std::string report = efficiency_report(task, opt, log);
     write_file_atomic((fs::path(opt.out_dir) / "report.txt").string(), report.data(), report.size());

@@ -42,6 +42,8 @@ struct TrainTask {
   std::function<void(const std::string& path, const TensorMap& weights)> save_weights;
 };
 
+struct TrainLog;
+
 struct TrainOptions {
   int64_t steps = 100;               // optimizer steps
   int64_t accum = 1;                 // micro-steps per optimizer step
@@ -71,6 +73,15 @@ struct TrainOptions {
   double loss_scale = 32768;
   int64_t loss_scale_window = 200;
   const std::atomic<bool>* stop = nullptr;  // set by SIGINT: save and return after the current step
+  // After each optimizer step, a second line with the step's phase split (the
+  // second seed's per-batch line); the progress line is then printed every step.
+  bool phase_lines = false;
+  // Called once both plans are compiled (the step plan: loss and gradients;
+  // the eval plan: loss), with the time compiling took.
+  std::function<void(const Plan& step, const Plan& eval, double compile_ms)> on_compiled;
+  // Called after every save of the run directory (out_dir set), with the log
+  // so far: the place to keep run-level records beside the checkpoint.
+  std::function<void(int64_t step, const TrainLog& log)> on_save;
 };
 
 // Per-step figures, and the split of the time a report shows.
@@ -78,7 +89,13 @@ struct TrainLog {
   struct Row { int64_t step; double loss, val_loss, lr, grad_norm, ms; };  // val_loss NaN when not evaluated
   std::vector<Row> rows;
   double ms_fwd_bwd = 0, ms_fwd = 0, ms_optimizer = 0, ms_data = 0;  // medians per micro-step (optimizer per step)
-  double peak_gflops = 0;            // measured in the same run (fp32 FMA, all threads)
+  double ms_accumulate = 0;          // median per micro-step of adding its gradients to the step's (accum > 1)
+  // This call's totals: compiling both plans, the training steps (evaluations
+  // excluded), and everything from entering train() to the last save.
+  double compile_ms = 0, train_ms = 0, wall_ms = 0;
+  int64_t micro_steps = 0;           // run in this call
+  double peak_gflops = 0;            // measured in the same run (all threads), of the kind below
+  const char* peak_kind = "fp32 FMA";  // "bf16 dot" for --precision bf16
   int threads = 1;
   int64_t first_step = 0;            // > 0 after a resume
   // Loss scaling (fp16 tasks): steps whose gradients were not finite, so the

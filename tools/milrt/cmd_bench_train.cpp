@@ -60,9 +60,9 @@ void add_bench_train(CLI::App& bench) {
     const double gflops = task.flops_per_microstep / (step_ms / 1000) * 1e-9;
     std::printf("%s", llm::efficiency_report(task, t, log).c_str());
     std::printf("%s: %.1f ms/step (forward+backward %.1f, optimizer %.1f once per %lld steps), %.1f GFLOP/s = %.1f%% of "
-                "the measured fp32 peak %.0f GFLOP/s, %d thread%s\n",
+                "the measured %s peak %.0f GFLOP/s, %d thread%s\n",
                 config.c_str(), step_ms, log.ms_fwd_bwd, log.ms_optimizer, (long long)accum, gflops,
-                100 * gflops / log.peak_gflops, log.peak_gflops, log.threads, log.threads == 1 ? "" : "s");
+                100 * gflops / log.peak_gflops, log.peak_kind, log.peak_gflops, log.threads, log.threads == 1 ? "" : "s");
     if (json)
       std::printf("{\"config\": \"%s\", \"threads\": %d, \"accum\": %lld, \"tokens_per_step\": %lld, \"ms_per_step\": %.3f, "
                   "\"fwd_bwd_ms\": %.3f, \"fwd_ms\": %.3f, \"optimizer_ms\": %.3f, \"data_ms\": %.3f, \"gflops\": %.2f, "

@@ -1,6 +1,8 @@
 // milrt train: trains a Llama-family model (or the second seed's layer)
 // through a derived MIL gradient program; see src/llm/trainer.h.
 #include <csignal>
+#include <functional>
+#include <optional>
 #include <cstdio>
 #include <filesystem>
 #include <fmt/format.h>
@@ -8,7 +10,9 @@
 #include "commands.h"
 #include "kernels/threads.h"
 #include "llm/checkpoint.h"
+#include "llm/run_record.h"
 #include "llm/sample.h"
+#include "llm/seed_report.h"
 #include "llm/train_tasks.h"
 #include "milrt/autodiff.h"
 #include "milrt/error.h"
@@ -25,22 +29,80 @@ extern "C" void on_sigint(int) {
 
 struct Args {
   std::string config = "default", data, tokenizer, out, init, emit_mil, prompt = "The";
-  int64_t steps = -1, batch = -1, seq = 0, accum = 1, eval_every = -1, eval_batches = 4, save_every = 0;
+  int64_t steps = -1, batch = -1, seq = 0, accum = -1, eval_every = -1, eval_batches = 4, save_every = 0;
   int threads = 0, samples = 2, checkpoint_version = 0, log_every = 10;
   uint64_t seed = 1;
-  bool resume = false, overwrite = false, quiet = false, recompute = false, seed_given = false, lr_given = false, warmup_given = false;
+  bool resume = false, overwrite = false, quiet = false, recompute = false;
   std::string precision = "fp32";
   llm::AdamWConfig adamw;
+  std::function<bool(const char*)> given;  // whether a flag was on the command line
+  std::optional<llm::RunRecord> record;    // the run being resumed, when it has run.json
 };
 
-// Defaults per config: the embedded default trains in a few minutes here.
-void apply_defaults(Args& a, bool seed_layer) {
-  if (a.steps < 0) a.steps = seed_layer ? 20 : (a.config == "default" ? 600 : 200);
-  if (a.batch < 0) a.batch = a.config == "default" ? 16 : 8;
+bool is_seed_layer(const Args& a) { return a.config == "seed-layer"; }
+
+// Defaults per config: the embedded default trains in a few minutes here; the
+// seed layer follows train_large.m's recipe (Adam 0.9/0.999/1e-8 at a constant
+// 1e-3, no weight decay, no clipping, 100 micro-steps per update, 400
+// micro-steps), every flag still overriding.
+void apply_defaults(Args& a) {
+  const bool seed_layer = is_seed_layer(a);
+  if (a.steps < 0) a.steps = seed_layer ? 4 : (a.config == "default" ? 600 : 200);
+  if (a.accum < 0) a.accum = seed_layer ? 100 : 1;
+  if (a.batch < 0) a.batch = seed_layer ? 1 : a.config == "default" ? 16 : 8;
   if (a.eval_every < 0) a.eval_every = std::max<int64_t>(1, a.steps / 10);
-  // The default model is small: it takes a larger rate and a short warmup.
-  if (a.config == "default" && !a.lr_given) a.adamw.lr = 1e-3;
-  if (a.config == "default" && !a.warmup_given) a.adamw.warmup = 30;
+  auto dflt = [&](const char* flag, auto& field, auto value) {
+    if (!a.given(flag)) field = value;
+  };
+  if (a.config == "default") {  // a small model: a larger rate and a short warmup
+    dflt("--lr", a.adamw.lr, 1e-3);
+    dflt("--warmup", a.adamw.warmup, int64_t(30));
+  }
+  if (seed_layer) {
+    dflt("--lr", a.adamw.lr, 1e-3);
+    dflt("--warmup", a.adamw.warmup, int64_t(0));
+    dflt("--min-lr-ratio", a.adamw.min_lr_ratio, 1.0);
+    dflt("--weight-decay", a.adamw.weight_decay, 0.0);
+    dflt("--beta1", a.adamw.beta1, 0.9);
+    dflt("--beta2", a.adamw.beta2, 0.999);
+    dflt("--eps", a.adamw.eps, 1e-8);
+    dflt("--grad-clip", a.adamw.grad_clip, 0.0);
+  }
+}
+
+// --resume: the run directory's record fills in what was not given, and
+// refuses what contradicts it; a directory without one (made before run.json)
+// is checked by its checkpoint's format instead.
+void take_run_record(Args& a) {
+  a.record = llm::load_run_record(a.out);
+  if (!a.record) return;
+  const llm::RunRecord& r = *a.record;
+  if (!a.given("--config")) a.config = r.config;
+  if (!a.given("--precision")) a.precision = r.precision;
+  if (!a.given("--batch")) a.batch = r.batch;
+  if (!a.given("--seq")) a.seq = r.seq;
+  if (!a.given("--accum")) a.accum = r.accum;
+}
+
+// What this invocation trains; a resumed run's counters go on from its record.
+llm::RunRecord this_run(const Args& a) {
+  llm::RunRecord r = a.record.value_or(llm::RunRecord{});
+  r.config = a.config;
+  r.precision = a.precision;
+  r.batch = a.batch;
+  r.seq = a.seq;
+  r.accum = a.accum;
+  return r;
+}
+
+// The record after this process's part: `base` plus the log's totals.
+llm::RunRecord add_counters(llm::RunRecord base, int64_t step, const llm::TrainLog& log) {
+  base.micro_steps += log.micro_steps;
+  base.optimizer_steps = step;
+  base.wall_ms += log.wall_ms;
+  base.compile_ms += log.compile_ms;
+  base.train_ms += log.train_ms;
+  return base;
 }
 
 llm::TrainOptions train_options(const Args& a) {
@@ -58,6 +120,13 @@ llm::TrainOptions train_options(const Args& a) {
   t.quiet = a.quiet;
   t.recompute = a.recompute;
   t.stop = &g_stop;
+  if (!a.out.empty()) {
+    const llm::RunRecord base = this_run(a);
+    const std::string dir = a.out;
+    t.on_save = [base, dir](int64_t step, const llm::TrainLog& log) {
+      llm::save_run_record(dir, add_counters(base, step, log));
+    };
+  }
   // fp16 is the task's program (fp16 compute, loss scaling); its matrix
   // products are the plan's fp32 ones on fp16-rounded operands.
   t.precision = a.precision == "bf16" ? CompileOptions::MatmulPrecision::bf16 : CompileOptions::MatmulPrecision::fp32;
@@ -69,6 +138,8 @@ void run_llama(Args& a) {
   llm::LlamaConfig cfg;
   TensorMap weights;
   std::filesystem::path resume_ckpt = std::filesystem::path(a.out) / "checkpoint.bin";
+  if (a.resume && llm::is_tensor_file(resume_ckpt.string()))
+    throw Error("train: " + a.out + " holds a --config seed-layer run, not a Llama one: resume it with --config seed-layer");
   if (a.resume || !a.init.empty()) {
     llm::LlamaWeights w = llm::load_llama2c_checkpoint(a.resume ? resume_ckpt.string() : a.init);
     cfg = w.cfg;
@@ -128,15 +199,34 @@ void run_llama(Args& a) {
 
 void run_seed_layer(Args& a) {
   if (a.precision == "fp16") throw Error("train: --precision fp16 is for Llama configs; seed-layer takes fp32 or bf16");
-  llm::TrainTask task = llm::seed_layer_task(a.seed_given ? uint32_t(a.seed) : 42);
-  TensorMap weights = task.init_weights;
+  if (a.given("--batch") || a.given("--seq") || !a.data.empty() || !a.tokenizer.empty())
+    throw Error("train: --config seed-layer trains on its one synthetic batch: --batch, --seq, --data and --tokenizer do not apply");
+  const llm::SeedLayerConfig cfg;
+  llm::TrainTask task = llm::seed_layer_task(cfg, a.given("--seed") ? uint32_t(a.seed) : 42);
+  const std::string ckpt = (std::filesystem::path(a.out) / "checkpoint.bin").string();
+  if (a.resume && !std::filesystem::exists(ckpt))
+    throw Error("train: " + a.out + " has no checkpoint.bin to resume from (seed-layer runs of earlier milrt versions "
+                "saved no weights): start again with --overwrite");
+  TensorMap weights = a.resume ? llm::load_seed_layer_weights(ckpt, cfg)
+                      : !a.init.empty() ? llm::load_seed_layer_weights(a.init, cfg)
+                                        : task.init_weights;
   llm::TrainOptions t = train_options(a);
   t.eval_batches = 1;  // one fixed batch
-  std::printf("seed layer: dim 768, hidden 2048, 12 heads, seq 512, MSE, %d thread%s\n", kernels::num_threads(),
+  t.phase_lines = true;
+  t.on_compiled = [&](const Plan& step, const Plan& eval, double ms) {
+    if (!a.quiet) std::printf("%s", llm::plan_kernel_summary(step, eval, ms).c_str()), std::fflush(stdout);
+  };
+  std::printf("%s%d thread%s\n", llm::seed_layer_banner(cfg, t).c_str(), kernels::num_threads(),
               kernels::num_threads() == 1 ? "" : "s");
   std::fflush(stdout);
   llm::TrainLog log = llm::train(task, t, weights);
   std::printf("%s", llm::efficiency_report(task, t, log).c_str());
+  const int64_t last = log.rows.empty() ? 0 : log.rows.back().step;
+  const llm::RunRecord totals = a.out.empty() ? add_counters(this_run(a), last, log)
+                                              : llm::load_run_record(a.out).value_or(this_run(a));
+  std::printf("%s", llm::seed_layer_final_report(cfg, log, totals).c_str());
+  if (log.interrupted) std::printf("interrupted: checkpoint saved at step %lld in %s\n", (long long)last, a.out.c_str());
+  else if (!a.out.empty()) std::printf("saved %s (weights), train_state.bin, run.json, losses.csv, loss.svg, report.txt\n", ckpt.c_str());
 }
 
 }  // namespace
@@ -159,13 +249,15 @@ void add_train(CLI::App& app) {
   cmd->add_option("--warmup", a.adamw.warmup, "linear warmup steps");
   cmd->add_option("--min-lr-ratio", a.adamw.min_lr_ratio, "cosine decay floor as a fraction of --lr");
   cmd->add_option("--weight-decay", a.adamw.weight_decay, "AdamW decoupled weight decay (matrices only)");
+  cmd->add_option("--beta1", a.adamw.beta1, "AdamW beta1");
   cmd->add_option("--beta2", a.adamw.beta2, "AdamW beta2");
+  cmd->add_option("--eps", a.adamw.eps, "AdamW epsilon");
   cmd->add_option("--grad-clip", a.adamw.grad_clip, "clip the global gradient norm (0 = off)");
   cmd->add_option("--eval-every", a.eval_every, "validation loss every N steps");
   cmd->add_option("--eval-batches", a.eval_batches, "batches per validation")->check(CLI::Range(1, 100000));
   cmd->add_option("--save-every", a.save_every, "checkpoint every N steps (always at the end and on Ctrl-C)");
   cmd->add_option("--checkpoint-version", a.checkpoint_version, "llama2.c format: 0 (legacy, run.c) or 1")->check(CLI::IsMember({0, 1}));
-  static CLI::Option* cmd_seed = cmd->add_option("--seed", a.seed, "weights and data order (seed-layer: srand48 seed, default 42)");
+  cmd->add_option("--seed", a.seed, "weights and data order (seed-layer: srand48 seed, default 42)");
   cmd->add_option("--threads", a.threads, "threads (default MILRT_THREADS or all cores)");
   cmd->add_option("--samples", a.samples, "texts generated at the end (greedy, then sampled)");
   cmd->add_option("--prompt", a.prompt, "what the samples start from (default \"The\")");
@@ -179,18 +271,21 @@ void add_train(CLI::App& app) {
   cmd->add_option("--emit-mil", a.emit_mil, "write the training program (loss and derived gradients) as MIL and exit");
   cmd->callback([cmd] {
     if (a.threads > 0) kernels::set_num_threads(a.threads);
-    a.seed_given = cmd_seed->count() > 0;
-    a.lr_given = cmd->count("--lr") > 0;
-    a.warmup_given = cmd->count("--warmup") > 0;
-    const bool seed_layer = a.config == "seed-layer";
-    apply_defaults(a, seed_layer);
+    a.given = [cmd](const char* flag) { return cmd->count(flag) > 0; };
     if (a.resume && a.out.empty()) throw Error("train: --resume needs --out DIR (the run to continue)");
     if (a.resume && !a.init.empty()) throw Error("train: --resume and --init exclude each other");
-    // A new run never replaces an earlier run's checkpoint unless asked to.
-    if (!a.resume && !a.overwrite && !a.out.empty() && std::filesystem::exists(std::filesystem::path(a.out) / "checkpoint.bin"))
-      throw Error("train: " + a.out + " already holds a run (checkpoint.bin): continue it with --resume, or replace it with --overwrite");
+    namespace fs = std::filesystem;
+    // A new run never replaces an earlier run's files unless asked to.
+    if (!a.resume && !a.overwrite && !a.out.empty())
+      for (const char* f : {"checkpoint.bin", "train_state.bin", "run.json"})
+        if (fs::exists(fs::path(a.out) / f))
+          throw Error("train: " + a.out + " already holds a run (" + f +
+                      "): continue it with --resume, or replace it with --overwrite");
+    if (a.resume) take_run_record(a);
+    apply_defaults(a);
+    if (a.record) llm::check_same_run(*a.record, this_run(a), a.out);
     std::signal(SIGINT, on_sigint);
-    if (seed_layer) run_seed_layer(a);
+    if (is_seed_layer(a)) run_seed_layer(a);
     else run_llama(a);
   });
 }
