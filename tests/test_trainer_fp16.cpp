@@ -208,9 +208,13 @@ TEST(TrainCliFp16, TrainsWithPrecisionFp16) {
   EXPECT_NE(r.out.find("step 3/3"), std::string::npos) << r.out;
   EXPECT_TRUE(fs::exists(fs::path(out) / "train_state.bin"));
   r = run_cli({"train", "--data", data, "--steps", "4", "--batch", "2", "--seq", "16", "--out", out, "--resume",
-               "--samples", "0"}, 300);
+               "--precision", "fp32", "--samples", "0"}, 300);
   EXPECT_EQ(r.exit_code, 2) << "resuming an fp16 run as fp32";
   EXPECT_NE(r.err.find("--precision fp16"), std::string::npos) << r.err;
+  // Without --precision the run directory's record (run.json) says fp16.
+  r = run_cli({"train", "--data", data, "--steps", "4", "--out", out, "--resume", "--samples", "0"}, 300);
+  EXPECT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("step 4/4"), std::string::npos) << r.out;
   r = run_cli({"train", "--config", "seed-layer", "--precision", "fp16", "--steps", "1"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("fp16"), std::string::npos) << r.err;
