@@ -22,16 +22,6 @@ namespace {
 using test::make;
 using test::values;
 
-// Allocations made by f().
-template <class F>
-long allocations_during(F f) {
-  g_allocations = 0;
-  g_counting = true;
-  f();
-  g_counting = false;
-  return g_allocations.load();
-}
-
 Program parse(const std::string& text) {
   Program p = parse_mil(text, "bind.mil", ".");
   verify(p);

@@ -31,6 +31,8 @@
 //    read it when it runs elementwise in place), else copied at the end of
 //    the run. The output stays an output of run().
 #pragma once
+#include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -68,6 +70,10 @@ struct CompileOptions {
   // before allocating any of it. A single value larger than the limit is
   // refused before the passes run (constant folding could materialize it).
   size_t max_memory = 0;
+  // Per-step timing from the first run (Plan::set_profiling(true)); `trace`
+  // also records one event per step per run (Plan::Profile::events).
+  bool profile = false;
+  bool trace = false;
 };
 
 // 3/4 of the machine's physical memory (sysconf), the default memory limit.
@@ -86,6 +92,42 @@ class Plan {
     std::vector<std::string> ops;      // the MIL ops (by output name) it implements
     double flops = 0, bytes = 0;
   };
+
+  // Profiling (CompileOptions::profile, set_profiling): each step timed with
+  // steady_clock around its kernel on the calling thread. Off, a run pays one
+  // predictable branch; on, nothing is allocated per run (samples for the
+  // medians go into buffers reserved when profiling starts: a bounded
+  // reservoir per step once it holds kMedianSamples) except, when tracing,
+  // the event list's amortized growth past 256 runs.
+  struct StepProfile {
+    std::string kernel;                // as StepInfo
+    std::vector<std::string> ops;
+    int64_t calls = 0;                 // runs since profiling started (or reset_profile)
+    double total_ms = 0, median_ms = 0;
+    double flops = 0, bytes = 0;       // per call, as StepInfo
+  };
+  // A step's run, for traces: start on steady_clock (ns since its epoch, so
+  // events of several plans share one time line), on thread `thread` (a
+  // small number per calling thread, 1 for the first thread that ran a step).
+  struct TraceEvent {
+    int32_t step;
+    uint32_t thread;
+    int64_t start_ns, dur_ns;
+  };
+  struct Profile {
+    std::vector<StepProfile> steps;    // in plan order (empty when never profiled)
+    int64_t runs = 0;
+    std::vector<TraceEvent> events;    // with tracing on, at most kMaxTraceEvents
+    int64_t dropped_events = 0;        // past that bound
+  };
+  static constexpr size_t kMedianSamples = 1024;
+  static constexpr size_t kMaxTraceEvents = size_t(1) << 21;
+  void set_profiling(bool on, bool trace = false);  // keeps what was recorded
+  bool profiling() const;
+  Profile profile() const;
+  void reset_profile();                // zero calls, times and events
+  // The number of the calling thread as TraceEvent::thread gives it.
+  static uint32_t trace_thread_id();
 
   Plan();
   Plan(Plan&&) noexcept;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -269,10 +270,63 @@ struct Plan::Impl {
   void check_cancelled() {
     if (cancelled.load(std::memory_order_relaxed) && cancelled.exchange(false)) throw Error("error: cancelled");
   }
-  void run_steps() {
-    for (auto& s : steps) {
+  // Profiling (Plan::set_profiling): per step, calls, total ns and a
+  // reservoir of samples for the median; trace events while `tracing`.
+  struct StepTimes {
+    int64_t calls = 0, total_ns = 0;
+    std::vector<int64_t> samples;  // the first kMedianSamples, then a uniform reservoir
+  };
+  bool profiling = false, tracing = false;
+  std::vector<StepTimes> times;
+  int64_t profiled_runs = 0;
+  std::vector<TraceEvent> events;
+  int64_t dropped_events = 0;
+  uint64_t reservoir_rng = 0x9E3779B97F4A7C15ull;
+
+  void start_profiling(bool trace) {
+    profiling = true;
+    tracing = trace;
+    if (times.size() != steps.size()) times.assign(steps.size(), {});
+    for (auto& t : times) t.samples.reserve(kMedianSamples);
+    if (tracing) events.reserve(std::min(kMaxTraceEvents, std::max<size_t>(events.capacity(), steps.size() * 256)));
+  }
+  void record(size_t i, int64_t start, int64_t dur, uint32_t thread) {
+    StepTimes& t = times[i];
+    ++t.calls;
+    t.total_ns += dur;
+    if (t.samples.size() < kMedianSamples) {
+      t.samples.push_back(dur);
+    } else {  // reservoir sampling (xorshift64): each call kept with probability kMedianSamples / calls
+      reservoir_rng ^= reservoir_rng << 13, reservoir_rng ^= reservoir_rng >> 7, reservoir_rng ^= reservoir_rng << 17;
+      const uint64_t j = reservoir_rng % uint64_t(t.calls);
+      if (j < kMedianSamples) t.samples[size_t(j)] = dur;
+    }
+    if (tracing) {
+      if (events.size() < kMaxTraceEvents) events.push_back({int32_t(i), thread, start, dur});
+      else ++dropped_events;
+    }
+  }
+  void run_steps_profiled() {
+    using Clock = std::chrono::steady_clock;
+    const uint32_t thread = Plan::trace_thread_id();
+    ++profiled_runs;
+    for (size_t i = 0; i < steps.size(); ++i) {
       check_cancelled();
-      s->run(frame);
+      const auto t0 = Clock::now();
+      steps[i]->run(frame);
+      const auto t1 = Clock::now();
+      record(i, std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count(),
+             std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count(), thread);
+    }
+  }
+  void run_steps() {
+    if (profiling) [[unlikely]] {
+      run_steps_profiled();
+    } else {
+      for (auto& s : steps) {
+        check_cancelled();
+        s->run(frame);
+      }
     }
     check_cancelled();
     for (auto& w : write_backs) {
@@ -540,6 +594,47 @@ std::vector<Plan::StepInfo> Plan::steps() const {
   return r;
 }
 DType Plan::storage_dtype(DType d) { return rt::storage_dtype(d); }
+
+void Plan::set_profiling(bool on, bool trace) {
+  if (on) impl_->start_profiling(trace);
+  else impl_->profiling = impl_->tracing = false;
+}
+bool Plan::profiling() const { return impl_->profiling; }
+
+Plan::Profile Plan::profile() const {
+  const Impl& P = *impl_;
+  Profile r;
+  r.runs = P.profiled_runs;
+  r.events = P.events;
+  r.dropped_events = P.dropped_events;
+  if (P.times.size() != P.steps.size()) return r;
+  for (size_t i = 0; i < P.steps.size(); ++i) {
+    const auto& t = P.times[i];
+    const StepInfo& info = P.steps[i]->info;
+    StepProfile s{info.kernel, info.ops, t.calls, double(t.total_ns) * 1e-6, 0, info.flops, info.bytes};
+    if (!t.samples.empty()) {
+      std::vector<int64_t> v = t.samples;
+      std::nth_element(v.begin(), v.begin() + ptrdiff_t(v.size() / 2), v.end());
+      s.median_ms = double(v[v.size() / 2]) * 1e-6;
+    }
+    r.steps.push_back(std::move(s));
+  }
+  return r;
+}
+
+void Plan::reset_profile() {
+  Impl& P = *impl_;
+  for (auto& t : P.times) t.calls = t.total_ns = 0, t.samples.clear();
+  P.profiled_runs = 0;
+  P.events.clear();
+  P.dropped_events = 0;
+}
+
+uint32_t Plan::trace_thread_id() {
+  static std::atomic<uint32_t> next{1};
+  thread_local const uint32_t id = next.fetch_add(1);
+  return id;
+}
 
 Plan compile(const Program& program, const CompileOptions& options) {
   using Kind = Plan::Impl::Kind;
@@ -828,6 +923,7 @@ Plan compile(const Program& program, const CompileOptions& options) {
     if (P.vals[i].kind == Kind::Alias) P.frame.ptr[i] = P.frame.ptr[size_t(P.vals[i].alias)];
   // After aliases: a view's root may itself live in a state's buffer.
   for (int id : P.view_ids) P.frame.ptr[size_t(id)] = P.frame.ptr[size_t(P.vals[size_t(id)].alias)];
+  if (options.profile || options.trace) plan.set_profiling(true, options.trace);
   return plan;
 }
 

@@ -1,6 +1,7 @@
 // Replaces the global operator new/delete (every form, nothrow and aligned
 // included) of a test executable with counting versions, so a test can check
-// that a hot path allocates nothing: set g_counting, read g_allocations.
+// that a hot path allocates nothing: allocations_during(f), or set g_counting
+// and read g_allocations.
 // Include from exactly one .cpp of an executable (these are definitions, as
 // replacement functions must be); never from the support library.
 #pragma once
@@ -18,6 +19,16 @@ void* counted_alloc(std::size_t n, std::size_t align) {
                                               : std::malloc(n ? n : 1);
   if (!p) throw std::bad_alloc();
   return p;
+}
+
+// Allocations made by f().
+template <class F>
+long allocations_during(F f) {
+  g_allocations = 0;
+  g_counting = true;
+  f();
+  g_counting = false;
+  return g_allocations.load();
 }
 }  // namespace
 

@@ -15,9 +15,10 @@ namespace milrt::cli {
 namespace {
 
 // Median wall time of `runs` calls of f, in seconds, after one warm-up call.
-template <class F>
-double median_seconds(int runs, F f) {
+template <class F, class G = void (*)()>
+double median_seconds(int runs, F f, G after_warmup = [] {}) {
   f();
+  after_warmup();
   std::vector<double> t;
   for (int i = 0; i < runs; ++i) {
     auto a = std::chrono::steady_clock::now();
@@ -46,9 +47,11 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--runs", runs, "timed runs (default 20)")->check(CLI::Range(1, 1000000));
   cmd->add_option("--vs", vs, "also time this engine in the same run: reference")->check(CLI::IsMember({"reference"}));
   cmd->add_flag("--json", json, "end with one JSON object of the figures");
+  add_profile_options(*cmd);
   cmd->callback([cmd] {
     if (!cmd->get_subcommands().empty()) return;  // bench train, generate or kernels ran
     if (model.empty()) throw Error("error: bench needs a MODEL (or a subcommand: train, generate, kernels)");
+    const ProfileFlags& pf = profile_flags();
     Program p = load_model_cli(model);
     legalize_layout_idioms(p);
     verify(p);
@@ -80,7 +83,10 @@ void add_bench(CLI::App& app) {
       for (int64_t i = 0; i < t.numel(); ++i) t.set(size_t(i), u(rng));
       in[prm.name] = t;
     }
-    double compiled = median_seconds(runs, [&] { plan.run(in); });
+    // Profiled: the timed runs only (the warm-up grows scratch and caches);
+    // the steps' clocks add a little to the median.
+    if (pf.on()) plan.set_profiling(true, !pf.trace.empty());
+    double compiled = median_seconds(runs, [&] { plan.run(in); }, [&] { plan.reset_profile(); });
     std::printf("compile %.3f ms; compiled plan: median %.4f ms over %d runs; arena %zu bytes (intermediates %zu)\n",
                 compile_s * 1e3, compiled * 1e3, runs, plan.arena_bytes(), plan.intermediate_bytes());
     double reference = 0;
@@ -93,6 +99,7 @@ void add_bench(CLI::App& app) {
                   "\"arena_bytes\": %zu, \"intermediate_bytes\": %zu}\n",
                   model.c_str(), runs, compile_s * 1e3, compiled * 1e3, reference * 1e3, plan.arena_bytes(),
                   plan.intermediate_bytes());
+    report_profile(plan, "profile of " + model + " (" + function + ")");
   });
 }
 

@@ -84,6 +84,7 @@ void add_run(CLI::App& app) {
   auto* cmd = app.add_subcommand("run", "Run a model on .npy inputs");
   add_load_options(*cmd);
   add_max_memory_option(*cmd);
+  add_profile_options(*cmd);
   static std::string model, function = "main", out_dir, engine = "compiled";
   static std::vector<std::string> inputs, compares;
   static double tolerance = -1;
@@ -96,6 +97,8 @@ void add_run(CLI::App& app) {
   cmd->add_option("--engine", engine, "compiled (default: a fused, memory-planned plan) or reference (the oracle: every op, fp64 rounded per op)")
       ->check(CLI::IsMember({"reference", "compiled"}));
   cmd->callback([] {
+    const ProfileFlags& pf = profile_flags();
+    if (pf.on() && engine != "compiled") throw Error("error: --profile and --trace time the steps of a compiled plan, not --engine reference");
     Program p = load_model_cli(model);
     legalize_layout_idioms(p);
     verify(p);
@@ -111,6 +114,8 @@ void add_run(CLI::App& app) {
       CompileOptions opts;
       opts.function = function;
       opts.max_memory = max_memory_cli();
+      opts.profile = pf.on();
+      opts.trace = !pf.trace.empty();
       for (auto& [name, t] : in)
         if (f->param(name) && f->param(name)->type.kind != Type::Kind::State) opts.input_shapes[name] = t.shape();
       Plan plan = compile(p, opts);
@@ -122,6 +127,7 @@ void add_run(CLI::App& app) {
         }
       CancelOnSigint on_ctrl_c(plan);
       out = plan.run(in);
+      report_profile(plan, "profile of " + model + " (" + function + ")");
     } else {
       out = run_reference(p, function, in);
     }

@@ -5,6 +5,8 @@
 #include <string>
 
 #include "milrt/ir.h"
+#include "milrt/plan.h"
+#include "runtime/profile_report.h"
 
 namespace milrt::cli {
 void add_check(CLI::App& app);   // milrt check MODEL
@@ -33,6 +35,22 @@ void add_max_memory_option(CLI::App& cmd);
 size_t max_memory_cli();
 // "512M" -> 512 << 20; K, M, G, T (binary multiples, optional "B"/"iB"). Throws Error.
 size_t parse_bytes(const std::string& s);
+
+// --profile and --trace FILE (run, bench, train, bench train; profile_options.cpp).
+struct ProfileFlags {
+  bool profile = false;
+  std::string trace;
+  bool checked = false;
+  bool on() const { return profile || !trace.empty(); }
+};
+void add_profile_options(CLI::App& cmd);
+// The flags given; the first call with --trace checks that FILE can be
+// written (an Error otherwise), so commands call it before any work.
+const ProfileFlags& profile_flags();
+// The measured peak the tables divide by (all threads).
+double profile_peak_gflops(bool bf16);
+// With --profile the plan's table on stderr; with --trace its events to FILE.
+void report_profile(const Plan& plan, const std::string& title);
 
 // "a,b,,c" -> {"a", "b", "c"} (empty items dropped): list-valued options.
 std::vector<std::string> split_commas(const std::string& s);

@@ -1,0 +1,62 @@
+// --profile and --trace FILE, shared by run, bench, train and bench train:
+// one subcommand runs per process, so one set of values serves them all.
+#include <cstdio>
+#include <filesystem>
+
+#include "commands.h"
+#include "kernels/peak.h"
+#include "kernels/threads.h"
+#include "milrt/error.h"
+#include "util/atomic_file.h"
+
+namespace milrt::cli {
+namespace {
+ProfileFlags& flags() {
+  static ProfileFlags f;
+  return f;
+}
+}  // namespace
+
+void add_profile_options(CLI::App& cmd) {
+  cmd.add_flag("--profile", flags().profile,
+               "time every plan step: a table on stderr (kernel, fused MIL ops, calls, total and median time, "
+               "GFLOP/s, GB/s, fraction of the measured peak)");
+  cmd.add_option("--trace", flags().trace,
+                 "FILE: write every plan step's run as Chrome trace-event JSON (Perfetto, chrome://tracing)");
+}
+
+const ProfileFlags& profile_flags() {
+  ProfileFlags& f = flags();
+  if (!f.trace.empty() && !f.checked) {
+    // Before any work: a trace that cannot be written is an error now, not after the run.
+    if (std::filesystem::is_directory(f.trace)) throw Error("error: --trace " + f.trace + ": is a directory");
+    { AtomicFileWriter probe(f.trace); }  // creates and removes a temporary file beside it
+    f.checked = true;
+  }
+  return f;
+}
+
+double profile_peak_gflops(bool bf16) {
+  return kernels::measure_peak_gflops(bf16 ? kernels::PeakKind::bf16_dot : kernels::PeakKind::fp32_fma,
+                                      kernels::num_threads());
+}
+
+void report_profile(const Plan& plan, const std::string& title) {
+  const ProfileFlags& f = profile_flags();
+  if (!f.on()) return;
+  const Plan::Profile p = plan.profile();
+  if (f.profile) {
+    ProfileTableOptions o;
+    o.title = title;
+    o.peak_gflops = profile_peak_gflops(false);
+    std::fprintf(stderr, "%s", profile_table(p, o).c_str());
+  }
+  if (!f.trace.empty()) {
+    std::vector<TraceSpan> spans;
+    append_trace_spans(spans, p, "plan");
+    write_chrome_trace(f.trace, spans);
+    std::fprintf(stderr, "wrote %s (%zu trace events)\n", f.trace.c_str(), spans.size());
+  }
+}
+
+}  // namespace milrt::cli
