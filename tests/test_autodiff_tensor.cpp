@@ -27,16 +27,6 @@ GradCheckResult check_x(const Shape& xs, const std::string& expr, const Shape& z
   return expect_gradients_match(weighted_sum_loss_program(params, expr, zs, pre), "loss", {"x"}, inputs, o);
 }
 
-// For forward ops with no compiled kernel (stack, interleaved concat): the
-// derived function cannot compile as a whole, so only the reference checks
-// run; their gradients use compiled ops only (slice_by_size, slice_by_index,
-// reshape), which the other tests compile.
-GradCheckOptions reference_only() {
-  GradCheckOptions o;
-  o.compile = false;
-  return o;
-}
-
 // The op types of the derived function.
 std::vector<std::string> derived_ops(const GradCheckResult& r) {
   std::vector<std::string> t;
@@ -159,7 +149,7 @@ TEST(TensorGrad, ConcatAxis0AndInterleave) {
   Shape xs{2, 3};
   std::string text = weighted_sum_loss_program(mil_type(xs) + " x, " + mil_type(xs) + " y",
                                   "concat(values = (x, y, x), axis = int32(1), interleave = bool(true))", {2, 9});
-  auto r = expect_gradients_match(text, "loss", {"x", "y"}, {}, reference_only());
+  auto r = expect_gradients_match(text, "loss", {"x", "y"});
   EXPECT_TRUE(has_op(r, "slice_by_index"));
 }
 
@@ -193,8 +183,8 @@ TEST(TensorGrad, Stack) {
   Shape xs{2, 3};
   std::string text = weighted_sum_loss_program(mil_type(xs) + " x, " + mil_type(xs) + " y", "stack(values = (x, y, x), axis = int32(1))",
                                   {2, 3, 3});
-  expect_gradients_match(text, "loss", {"x", "y"}, {}, reference_only());
-  check_x(xs, "stack(values = (x, x), axis = int32(-1))", {2, 3, 2}, "", {}, "", reference_only());
+  expect_gradients_match(text, "loss", {"x", "y"});
+  check_x(xs, "stack(values = (x, x), axis = int32(-1))", {2, 3, 2});
 }
 
 TEST(TensorGrad, Tile) {

@@ -18,7 +18,7 @@ const std::vector<PassInfo>& all_passes() {
       {"dce", "remove ops whose results reach no function output", passes::dce},
       {"canonicalize", "linear and 1x1 conv to matmul; squeeze/expand_dims to reshape; merge reshape/transpose chains",
        passes::canonicalize},
-      {"decompose", "expand the composite activations and norms that have no compiled kernel into primitives",
+      {"decompose", "expand composite activations and norms, and the ops with no kernel (stack, shape, reverse, batch_norm, ...), into ops that have one",
        passes::decompose},
       {"decompose-all", "expand rms_norm, layer_norm, silu, gelu, softplus, sigmoid_hard, relu6, leaky_relu into "
                         "primitives (for backends without their kernels)",
