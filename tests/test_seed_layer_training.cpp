@@ -126,6 +126,24 @@ TEST(SeedLayerTraining, ResumedRunEqualsUninterruptedRunBitForBit) {
   EXPECT_THROW(load_seed_layer_weights(dir_a + "/train_state.bin", small_layer()), Error);
 }
 
+// The seed's numerics: the layer in fp16 on fp32 master weights, the loss
+// scaled dynamically, learns as the fp32 layer does.
+TEST(SeedLayerTraining, Fp16LayerLearnsLikeFp32) {
+  TrainTask t32 = seed_layer_task(small_layer());
+  TrainTask t16 = seed_layer_task(small_layer(), 42, DType::FP16);
+  ASSERT_NE(t16.program.function("main")->params.size(), t32.program.function("main")->params.size())
+      << "the fp16 program takes the loss scale";
+  TensorMap w32 = t32.init_weights, w16 = t16.init_weights;
+  TrainOptions o = seed_recipe(8, "");
+  TrainLog a = train(t32, o, w32), b = train(t16, o, w16);
+  ASSERT_EQ(b.rows.size(), 8u);
+  EXPECT_TRUE(b.skipped_steps.empty());
+  EXPECT_EQ(b.loss_scale, 32768);
+  for (size_t i = 0; i < 8; ++i) EXPECT_NEAR(b.rows[i].loss, a.rows[i].loss, 0.02 * a.rows[i].loss) << "step " << i + 1;
+  EXPECT_LT(b.rows.back().loss, 0.8 * b.rows.front().loss) << "the fp16 layer learns";
+  EXPECT_NE(b.rows.back().loss, a.rows.back().loss) << "fp16 rounding shows";
+}
+
 // The CLI at the seed's size: one update, then a resume to two, equal to two
 // updates in one go; the first update shows the recipe.
 TEST(SeedLayerCli, RecipeResumeAndMismatchedRunsRefused) {
@@ -181,6 +199,9 @@ TEST(SeedLayerCli, RecipeResumeAndMismatchedRunsRefused) {
   refused({"train", "--config", "seed-layer", "--out", c, "--steps", "1"}, "already holds a run (train_state.bin)");
   refused({"train", "--config", "seed-layer", "--out", c, "--resume"}, "no checkpoint.bin");
   refused({"train", "--config", "seed-layer", "--batch", "4"}, "--batch");
+  r = run_cli({"train", "--config", "seed-layer", "--precision", "fp16", "--steps", "1", "--accum", "1"}, 600);
+  EXPECT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("precision fp16 (fp16 layer"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -39,20 +39,33 @@ std::vector<WeightSpec> seed_layer_weight_specs(const SeedLayerConfig& c) {
           {"rms_ffn", {d}},    {"w1", {h, d}}, {"w2", {d, h}}, {"w3", {h, d}}};
 }
 
-Program build_seed_layer_loss(const SeedLayerConfig& c) {
+Program build_seed_layer_loss(const SeedLayerConfig& c, DType compute) {
   check(c);
+  if (compute != DType::FP32 && compute != DType::FP16)
+    throw Error(std::string("seed layer: compute dtype must be fp32 or fp16, got ") + std::string(dtype_name(compute)));
+  const bool fp16 = compute == DType::FP16;
   FunctionBuilder f("main");
   Value x = f.input("x", Type::tensor(DType::FP32, {c.seq, c.dim}));
   Value target = f.input("target", Type::tensor(DType::FP32, {c.seq, c.dim}));
+  if (fp16) f.input("loss_scale", Type::tensor(DType::FP32, {}));
+  // With fp16 compute, each fp32 input is cast once, where the layer reads it.
+  auto in_compute = [&](const Value& v, const std::string& name) {
+    return fp16 ? f.op("cast", name + "_fp16", {{"x", v}, {"dtype", lit_str("fp16")}}) : v;
+  };
   std::map<std::string, Value> w;
-  for (const WeightSpec& s : seed_layer_weight_specs(c)) w[s.name] = f.input(s.name, Type::tensor(DType::FP32, s.shape));
+  for (const WeightSpec& s : seed_layer_weight_specs(c))
+    w[s.name] = in_compute(f.input(s.name, Type::tensor(DType::FP32, s.shape)), s.name);
 
-  TransformerBuilder tb(f, BlockShape{c.dim, c.hidden, c.heads, c.heads, c.seq, 1e-5, false, 0.0});
-  Value y = tb.block("l0_", x, {w.at("rms_att"), w.at("wq"), w.at("wk"), w.at("wv"), w.at("wo"), w.at("rms_ffn"),
-                                w.at("w1"), w.at("w2"), w.at("w3")});
+  TransformerBuilder tb(f, BlockShape{c.dim, c.hidden, c.heads, c.heads, c.seq, 1e-5, false, 0.0}, compute);
+  Value y = tb.block("l0_", in_compute(x, "x"), {w.at("rms_att"), w.at("wq"), w.at("wk"), w.at("wv"), w.at("wo"),
+                                                 w.at("rms_ffn"), w.at("w1"), w.at("w2"), w.at("w3")});
+  if (fp16) y = f.op("cast", "y", {{"x", y}, {"dtype", lit_str("fp32")}});
+  // The loss in fp32: the squared errors of a fitted layer underflow fp16.
   Value diff = f.op("sub", "diff", {{"x", y}, {"y", target}});
   Value sq = f.op("mul", "diff_sq", {{"x", diff}, {"y", diff}});
-  Value loss = f.op("reduce_mean", "loss", {{"x", sq}, {"axes", lit_i32s({0, 1})}, {"keep_dims", lit_bool(false)}});
+  Value loss = f.op("reduce_mean", fp16 ? "mse" : "loss",
+                    {{"x", sq}, {"axes", lit_i32s({0, 1})}, {"keep_dims", lit_bool(false)}});
+  if (fp16) loss = f.op("mul", "loss", {{"x", loss}, {"y", f.value("loss_scale")}});
   f.output(loss);
   return make_program({f.build()});
 }

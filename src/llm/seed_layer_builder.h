@@ -26,7 +26,11 @@ std::vector<WeightSpec> seed_layer_weight_specs(const SeedLayerConfig& cfg);
 // seed_layer_weight_specs order as fp32 inputs. Output "loss": fp32 scalar,
 // mean over seq*dim of (layer(x) - target)². RMSNorm eps 1e-5 and the scores
 // scale 1/sqrt(dim/heads) as in the seed. Throws Error for a bad config.
-Program build_seed_layer_loss(const SeedLayerConfig& cfg);
+// compute FP16 is the seed's Neural Engine numerics: x and every weight cast
+// to fp16 where the layer reads them, the layer in fp16, its output cast back
+// and the loss in fp32, times an fp32 scalar input "loss_scale" (which makes
+// the trainer scale the loss dynamically, as for the Llama fp16 programs).
+Program build_seed_layer_loss(const SeedLayerConfig& cfg, DType compute = DType::FP32);
 
 // The seed's synthetic experiment as fp32 inputs of build_seed_layer_loss:
 // "x", "target" and every weight. It follows train_large.m with srand48(seed)

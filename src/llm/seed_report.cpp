@@ -31,14 +31,15 @@ std::string kernel_families(const Plan& p) {
 }
 }  // namespace
 
-std::string seed_layer_banner(const SeedLayerConfig& cfg, const TrainOptions& opt) {
+std::string seed_layer_banner(const SeedLayerConfig& cfg, const TrainOptions& opt, const std::string& precision) {
   const double params = seed_layer_params(cfg);
   const SeedLayerFlops f = seed_layer_flops(cfg);
   const AdamWConfig& a = opt.adamw;
   const bool constant_lr = a.warmup == 0 && a.min_lr_ratio == 1;
   std::string s = fmt::format("=== seed layer (train_large.m): dim {}, hidden {}, heads {}, seq {} ===\n", cfg.dim,
                               cfg.hidden, cfg.heads, cfg.seq);
-  s += fmt::format("params: {:.2f}M | weights: {:.1f} MB fp16\n", params / 1e6, params * 2 / 1e6);
+  s += fmt::format("params: {:.2f}M | weights: {:.1f} MB fp16 | precision {}{}\n", params / 1e6, params * 2 / 1e6,
+                   precision, precision == "fp16" ? " (fp16 layer, fp32 master weights, dynamic loss scale)" : "");
   s += fmt::format("Adam lr {:.1e} b1 {:g} b2 {:g} eps {:g} | {} | weight decay {:g} | clip {} | accum {} micro-steps per "
                    "update | {} updates = {} micro-steps\n",
                    a.lr, a.beta1, a.beta2, a.eps, constant_lr ? "constant lr" : fmt::format("warmup {} + cosine", a.warmup),

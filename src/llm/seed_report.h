@@ -13,7 +13,8 @@
 
 namespace milrt::llm {
 
-std::string seed_layer_banner(const SeedLayerConfig& cfg, const TrainOptions& opt);
+// `precision`: fp32 | bf16 | fp16, as --precision names it.
+std::string seed_layer_banner(const SeedLayerConfig& cfg, const TrainOptions& opt, const std::string& precision);
 // One line per plan: its kernel count, then per kernel family (the kernel
 // name up to ':') how many steps and their FLOPs, largest first.
 std::string plan_kernel_summary(const Plan& step, const Plan& eval, double compile_ms);

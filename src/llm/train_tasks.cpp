@@ -119,10 +119,10 @@ TrainTask llama_task(const LlamaConfig& cfg, std::shared_ptr<const Tokenizer> to
   return t;
 }
 
-TrainTask seed_layer_task(const SeedLayerConfig& cfg, uint32_t seed) {
+TrainTask seed_layer_task(const SeedLayerConfig& cfg, uint32_t seed, DType compute) {
   TrainTask t;
-  t.name = "seed-layer";
-  t.program = build_seed_layer_loss(cfg);
+  t.name = compute == DType::FP16 ? "seed-layer fp16" : "seed-layer";
+  t.program = build_seed_layer_loss(cfg, compute);
   t.weights = seed_layer_weight_specs(cfg);
   TensorMap all = seed_layer_synthetic_inputs(cfg, seed);
   for (const WeightSpec& w : t.weights) t.init_weights[w.name] = all.at(w.name);

@@ -38,8 +38,9 @@ double llama_train_flops(const LlamaConfig& cfg, int64_t batch, int64_t seq);
 // The second seed's experiment (train_large.m): one layer (by default dim
 // 768, hidden 2048, 12 heads, seq 512), MSE against its synthetic target,
 // from the seed's srand48 seed (42 in train_large.m). Its checkpoint.bin is a
-// tensor file (save_tensor_file) of the weights.
-TrainTask seed_layer_task(const SeedLayerConfig& cfg = {}, uint32_t seed = 42);
+// tensor file (save_tensor_file) of the weights. compute FP16: the fp16
+// program of build_seed_layer_loss (loss-scaled; master weights stay fp32).
+TrainTask seed_layer_task(const SeedLayerConfig& cfg = {}, uint32_t seed = 42, DType compute = DType::FP32);
 
 // The seed layer's model FLOPs per micro-step, split as train_large.m prints
 // them (its sum is the task's flops_per_microstep). The matrix products with

@@ -198,11 +198,11 @@ void run_llama(Args& a) {
 }
 
 void run_seed_layer(Args& a) {
-  if (a.precision == "fp16") throw Error("train: --precision fp16 is for Llama configs; seed-layer takes fp32 or bf16");
   if (a.given("--batch") || a.given("--seq") || !a.data.empty() || !a.tokenizer.empty())
     throw Error("train: --config seed-layer trains on its one synthetic batch: --batch, --seq, --data and --tokenizer do not apply");
   const llm::SeedLayerConfig cfg;
-  llm::TrainTask task = llm::seed_layer_task(cfg, a.given("--seed") ? uint32_t(a.seed) : 42);
+  llm::TrainTask task = llm::seed_layer_task(cfg, a.given("--seed") ? uint32_t(a.seed) : 42,
+                                             a.precision == "fp16" ? DType::FP16 : DType::FP32);
   const std::string ckpt = (std::filesystem::path(a.out) / "checkpoint.bin").string();
   if (a.resume && !std::filesystem::exists(ckpt))
     throw Error("train: " + a.out + " has no checkpoint.bin to resume from (seed-layer runs of earlier milrt versions "
@@ -216,7 +216,7 @@ void run_seed_layer(Args& a) {
   t.on_compiled = [&](const Plan& step, const Plan& eval, double ms) {
     if (!a.quiet) std::printf("%s", llm::plan_kernel_summary(step, eval, ms).c_str()), std::fflush(stdout);
   };
-  std::printf("%s%d thread%s\n", llm::seed_layer_banner(cfg, t).c_str(), kernels::num_threads(),
+  std::printf("%s%d thread%s\n", llm::seed_layer_banner(cfg, t, a.precision).c_str(), kernels::num_threads(),
               kernels::num_threads() == 1 ? "" : "s");
   std::fflush(stdout);
   llm::TrainLog log = llm::train(task, t, weights);
