@@ -14,6 +14,7 @@
 #include "milrt/plan.h"
 #include "runtime/profile_report.h"
 #include "support/test_util.h"
+#include "support/tiny_training.h"
 #include "test_cli_util.h"
 
 #include "support/count_allocations.h"  // this executable's global operator new, counted
@@ -216,6 +217,48 @@ TEST(Profile, KernelFamilies) {
   EXPECT_EQ(f[1].first, "elementwise");
 }
 
+// Training with TrainOptions::profile: the same weights as without, the
+// split per kernel family with the trainer's own phases, the plans'
+// profiles from the second step on, trace spans of the trainer's phases.
+TEST(ProfileTrain, FamiliesAndBitIdenticalWeights) {
+  const std::string dir = test::temp_dir("profile_train");
+  std::shared_ptr<const llm::Tokenizer> tok = llm::byte_tokenizer();
+  llm::LlamaTaskOptions to = test::tiny_task_options(dir);
+  llm::TrainOptions opt = test::tiny_train_options(4);
+  opt.accum = 2;
+  TensorMap w_off = llm::init_llama_weights(test::tiny_llama_config(), 3).tensors, w_on = w_off;
+  llm::TrainTask task_off = llm::llama_task(test::tiny_llama_config(), tok, to);
+  llm::TrainLog off = llm::train(task_off, opt, w_off);
+  EXPECT_TRUE(off.family_ms.empty());
+  opt.profile = opt.trace = true;
+  llm::TrainTask task_on = llm::llama_task(test::tiny_llama_config(), tok, to);
+  llm::TrainLog on = llm::train(task_on, opt, w_on);
+  for (auto& [name, t] : w_off) EXPECT_TRUE(t.same_bytes(w_on.at(name))) << name;
+  ASSERT_EQ(off.rows.size(), on.rows.size());
+  for (size_t i = 0; i < off.rows.size(); ++i) EXPECT_EQ(off.rows[i].loss, on.rows[i].loss);
+
+  EXPECT_EQ(on.profiled_steps, 3);  // the first step warms up
+  ASSERT_FALSE(on.step_profile.steps.empty());
+  EXPECT_EQ(on.step_profile.runs, 3 * 2);
+  for (auto& s : on.step_profile.steps) EXPECT_EQ(s.calls, 3 * 2);
+  std::set<std::string> families;
+  for (auto& [f, ms] : on.family_ms) {
+    families.insert(f);
+    EXPECT_GE(ms, 0) << f;
+  }
+  for (const char* f : {"matmul", "optimizer", "data", "accumulate", "elementwise"}) EXPECT_TRUE(families.count(f)) << f;
+  for (size_t i = 1; i < on.family_ms.size(); ++i) EXPECT_GE(on.family_ms[i - 1].second, on.family_ms[i].second);
+  EXPECT_EQ(on.step_profile.events.size(), on.step_profile.steps.size() * 6);
+  std::map<std::string, int> phases;
+  for (auto& s : on.phase_spans) phases[s.name]++;
+  EXPECT_EQ(phases["optimizer"], 3);
+  EXPECT_EQ(phases["data"], 6);
+  EXPECT_EQ(phases["accumulate"], 6);
+  const std::string report = llm::efficiency_report(task_on, opt, on);
+  EXPECT_NE(report.find("by kernel family"), std::string::npos) << report;
+  EXPECT_NE(report.find("matmul"), std::string::npos) << report;
+}
+
 struct CliFiles {
   std::string dir, mil;
   std::vector<std::string> inputs;  // --input NAME=FILE pairs
@@ -261,6 +304,23 @@ TEST(ProfileCli, BenchProfileCountsTimedRuns) {
   test::CliResult r = test::run_cli(args);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("5 runs"), std::string::npos) << r.err;
+}
+
+TEST(ProfileCli, BenchTrainProfilePrintsTablesAndFamilies) {
+  const std::string trace = test::temp_dir("profile_bench_train") + "/t.json";
+  test::CliResult r = test::run_cli({"bench", "train", "--config", "tiny", "--steps", "2", "--accum", "2", "--profile",
+                                     "--trace", trace}, 120);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("profile of the step plan"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("profile of the eval plan"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("by kernel family"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("matmul"), std::string::npos) << r.out;
+  std::ifstream f(trace);
+  nlohmann::json j = nlohmann::json::parse(f);
+  std::set<std::string> cats;
+  for (auto& e : j["traceEvents"])
+    if (e["ph"] == "X") cats.insert(e["cat"].get<std::string>());
+  EXPECT_EQ(cats, (std::set<std::string>{"step plan", "eval plan", "trainer"}));
 }
 
 TEST(ProfileCli, BadTracePathIsOneLineAndExit2) {

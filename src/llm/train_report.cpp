@@ -104,6 +104,13 @@ std::string efficiency_report(const TrainTask& task, const TrainOptions& opt, co
                      gflops, log.peak_gflops > 0 ? 100 * gflops / log.peak_gflops : 0, log.peak_kind, log.peak_gflops, log.threads,
                      log.threads == 1 ? "" : "s");
   }
+  if (!log.family_ms.empty()) {  // TrainOptions::profile
+    double sum = 0;
+    for (auto& [family, ms] : log.family_ms) sum += ms;
+    s += fmt::format("  by kernel family (profiled, mean of {} step{}):\n", log.profiled_steps, log.profiled_steps == 1 ? "" : "s");
+    for (auto& [family, ms] : log.family_ms)
+      s += fmt::format("    {:<20} {:9.2f} ms/step  {:5.1f}%\n", family, ms, sum > 0 ? 100 * ms / sum : 0.0);
+  }
   return s;
 }
 

@@ -154,6 +154,8 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
   Plan eval_plan = compile(task.program, eval_options);
   const double compile_ms = ms_since(compile_start);
   if (opt.on_compiled) opt.on_compiled(step_plan, eval_plan, compile_ms);
+  const bool profiling = opt.profile || opt.trace;
+  if (profiling) step_plan.set_profiling(true, opt.trace), eval_plan.set_profiling(true, opt.trace);
 
   TensorMap data = make_data_inputs(*fwd, task.weights);
   TensorMap grads, micro;  // micro: one micro-step's gradients when accumulating
@@ -181,6 +183,12 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
 
   AdamW adamw(opt.adamw, weights);
   TrainLog log;
+  // TrainOptions::trace: the trainer's phases beside the plans' steps.
+  auto span = [&](const char* name, Clock::time_point t0) {
+    if (!opt.trace) return;
+    const auto ns = [](Clock::duration d) { return int64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count()); };
+    log.phase_spans.push_back({name, "trainer", Plan::trace_thread_id(), ns(t0.time_since_epoch()), ns(Clock::now() - t0)});
+  };
   log.threads = kernels::num_threads();
   log.compile_ms = compile_ms;
   namespace fs = std::filesystem;
@@ -209,6 +217,7 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
     double sum = 0;
     if (scale_input) *scale_input = 1.0f;  // no backward pass: nothing to protect from underflow
     if (task.begin_validation) task.begin_validation();
+    const auto eval_t0 = Clock::now();
     for (int64_t b = 0; b < std::max<int64_t>(1, opt.eval_batches); ++b) {
       task.next_batch(data, /*validation=*/true);
       auto t0 = Clock::now();
@@ -216,6 +225,7 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
       if (fwd_ms) fwd_ms->push_back(ms_since(t0));
       sum += eval_loss;
     }
+    span("eval", eval_t0);
     return sum / double(std::max<int64_t>(1, opt.eval_batches));
   };
   auto save = [&](int64_t step) {
@@ -238,6 +248,8 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
   const bool live = !opt.quiet && isatty(STDERR_FILENO);
   std::vector<double> t_fb, t_fwd, t_opt, t_data, t_step, t_acc;
   int64_t step = log.first_step;
+  int64_t profile_from = step;  // the first profiled step, and where its phase times start
+  size_t profile_data = 0, profile_opt = 0, profile_acc = 0;
   for (; step < opt.steps; ++step) {
     auto step_t0 = Clock::now();
     double loss_sum = 0;
@@ -247,6 +259,7 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
       auto t0 = Clock::now();
       task.next_batch(data, /*validation=*/false);
       t_data.push_back(ms_since(t0));
+      span("data", t0);
       t0 = Clock::now();
       step_plan.run();
       t_fb.push_back(ms_since(t0));
@@ -255,6 +268,7 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
         t0 = Clock::now();
         accumulate_gradients(grads, micro, a == 0);
         t_acc.push_back(ms_since(t0));
+        span("accumulate", t0);
       }
     }
     auto t0 = Clock::now();
@@ -281,6 +295,7 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
       if (scaling && ++ls.good_steps >= opt.loss_scale_window) ls.scale *= 2, ls.good_steps = 0;
     }
     t_opt.push_back(ms_since(t0));
+    span("optimizer", t0);
     const double ms = ms_since(step_t0);
     t_step.push_back(ms);
     log.train_ms += ms;
@@ -316,6 +331,10 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
                   opt.accum > 1 ? mean_last(t_acc, n) : 0.0, t_opt.back() / double(opt.accum), mean_last(t_data, n));
       std::fflush(stdout);
     }
+    if (profiling && step == log.first_step && !last) {  // the first step warmed up: profile from the next
+      step_plan.reset_profile(), eval_plan.reset_profile(), log.phase_spans.clear();
+      profile_from = step + 1, profile_data = t_data.size(), profile_opt = t_opt.size(), profile_acc = t_acc.size();
+    }
     if (opt.save_every > 0 && (step + 1) % opt.save_every == 0 && !last) save(step + 1);
     if (opt.stop && opt.stop->load()) {
       log.interrupted = true;
@@ -333,6 +352,22 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
   log.ms_fwd = median(t_fwd);
   log.ms_optimizer = median(t_opt);
   log.ms_data = median(t_data);
+  if (profiling) {
+    log.step_profile = step_plan.profile();
+    log.eval_profile = eval_plan.profile();
+    log.profiled_steps = step - profile_from;
+    const double n = double(std::max<int64_t>(1, log.profiled_steps));
+    auto sum_from = [](const std::vector<double>& v, size_t from) {
+      double r = 0;
+      for (size_t i = from; i < v.size(); ++i) r += v[i];
+      return r;
+    };
+    for (auto& [family, ms] : family_totals(log.step_profile)) log.family_ms.push_back({family, ms / n});
+    log.family_ms.push_back({"optimizer", sum_from(t_opt, profile_opt) / n});
+    if (opt.accum > 1) log.family_ms.push_back({"accumulate", sum_from(t_acc, profile_acc) / n});
+    log.family_ms.push_back({"data", sum_from(t_data, profile_data) / n});
+    std::stable_sort(log.family_ms.begin(), log.family_ms.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  }
   // The ceiling of the arithmetic the step's products use.
   const bool bf16 = opt.precision == CompileOptions::MatmulPrecision::bf16;
   log.peak_kind = bf16 ? "bf16 dot" : "fp32 FMA";

@@ -18,6 +18,7 @@
 #include "milrt/ir.h"
 #include "milrt/plan.h"
 #include "milrt/reference.h"
+#include "runtime/profile_report.h"
 
 namespace milrt::llm {
 
@@ -82,6 +83,11 @@ struct TrainOptions {
   // Called after every save of the run directory (out_dir set), with the log
   // so far: the place to keep run-level records beside the checkpoint.
   std::function<void(int64_t step, const TrainLog& log)> on_save;
+  // Profiling (--profile, --trace): both plans time every step, from the
+  // second optimizer step on (the first grows caches and scratch) when more
+  // than one runs; TrainLog gets the split per kernel family and the plans'
+  // profiles. `trace` also keeps every step's run and the trainer's phases.
+  bool profile = false, trace = false;
 };
 
 // Per-step figures, and the split of the time a report shows.
@@ -104,6 +110,14 @@ struct TrainLog {
   std::vector<int64_t> skipped_steps;
   double loss_scale = 1;
   bool interrupted = false;
+  // TrainOptions::profile: ms per optimizer step by family, largest first:
+  // the step plan's kernel families (kernel_family(): matmul, attention,
+  // norms, elementwise, conversions/packing, other) and the trainer's own
+  // optimizer, accumulate (accum > 1) and data; over the profiled steps.
+  std::vector<std::pair<std::string, double>> family_ms;
+  int64_t profiled_steps = 0;
+  Plan::Profile step_profile, eval_profile;
+  std::vector<TraceSpan> phase_spans;  // TrainOptions::trace: data, accumulate, optimizer, eval
 };
 
 // Runs the loop; returns what it measured. Files in out_dir: checkpoint.bin

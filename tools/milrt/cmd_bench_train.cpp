@@ -28,6 +28,7 @@ void add_bench_train(CLI::App& bench) {
   cmd->add_flag("--json", json, "end with one JSON object of the figures");
   cmd->add_option("--precision", precision, "fp32, bf16 (matrix products) or fp16 (fp16 program, loss scaling)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  add_profile_options(*cmd);
   cmd->callback([] {
     if (threads > 0) kernels::set_num_threads(threads);
     llm::TrainTask task;
@@ -54,11 +55,14 @@ void add_bench_train(CLI::App& bench) {
     t.accum = accum;
     t.eval_batches = 1;
     t.quiet = true;
+    t.profile = profile_flags().on();
+    t.trace = !profile_flags().trace.empty();
     t.precision = precision == "bf16" ? CompileOptions::MatmulPrecision::bf16 : CompileOptions::MatmulPrecision::fp32;
     llm::TrainLog log = llm::train(task, t, weights);
     const double step_ms = log.ms_fwd_bwd + log.ms_data + log.ms_optimizer / double(accum);
     const double gflops = task.flops_per_microstep / (step_ms / 1000) * 1e-9;
     std::printf("%s", llm::efficiency_report(task, t, log).c_str());
+    report_train_profile(log);
     std::printf("%s: %.1f ms/step (forward+backward %.1f, optimizer %.1f once per %lld steps), %.1f GFLOP/s = %.1f%% of "
                 "the measured %s peak %.0f GFLOP/s, %d thread%s\n",
                 config.c_str(), step_ms, log.ms_fwd_bwd, log.ms_optimizer, (long long)accum, gflops,

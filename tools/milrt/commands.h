@@ -8,6 +8,10 @@
 #include "milrt/plan.h"
 #include "runtime/profile_report.h"
 
+namespace milrt::llm {
+struct TrainLog;
+}
+
 namespace milrt::cli {
 void add_check(CLI::App& app);   // milrt check MODEL
 void add_run(CLI::App& app);     // milrt run MODEL --input NAME=FILE.npy ...
@@ -51,6 +55,9 @@ const ProfileFlags& profile_flags();
 double profile_peak_gflops(bool bf16);
 // With --profile the plan's table on stderr; with --trace its events to FILE.
 void report_profile(const Plan& plan, const std::string& title);
+// The same for a training run (TrainOptions::profile): the step and eval
+// plans' tables, and one trace of both plans and the trainer's phases.
+void report_train_profile(const llm::TrainLog& log);
 
 // "a,b,,c" -> {"a", "b", "c"} (empty items dropped): list-valued options.
 std::vector<std::string> split_commas(const std::string& s);

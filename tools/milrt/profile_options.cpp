@@ -6,6 +6,7 @@
 #include "commands.h"
 #include "kernels/peak.h"
 #include "kernels/threads.h"
+#include "llm/trainer.h"
 #include "milrt/error.h"
 #include "util/atomic_file.h"
 
@@ -14,6 +15,10 @@ namespace {
 ProfileFlags& flags() {
   static ProfileFlags f;
   return f;
+}
+void write_trace(const std::string& path, const std::vector<TraceSpan>& spans) {
+  write_chrome_trace(path, spans);
+  std::fprintf(stderr, "wrote %s (%zu trace events)\n", path.c_str(), spans.size());
 }
 }  // namespace
 
@@ -54,8 +59,29 @@ void report_profile(const Plan& plan, const std::string& title) {
   if (!f.trace.empty()) {
     std::vector<TraceSpan> spans;
     append_trace_spans(spans, p, "plan");
-    write_chrome_trace(f.trace, spans);
-    std::fprintf(stderr, "wrote %s (%zu trace events)\n", f.trace.c_str(), spans.size());
+    write_trace(f.trace, spans);
+  }
+}
+
+void report_train_profile(const llm::TrainLog& log) {
+  const ProfileFlags& f = profile_flags();
+  if (!f.on()) return;
+  if (f.profile) {
+    ProfileTableOptions o;
+    o.peak_gflops = log.peak_gflops;
+    o.peak_kind = log.peak_kind;
+    o.max_rows = 40;
+    o.title = "profile of the step plan (loss + gradients)";
+    std::fprintf(stderr, "%s", profile_table(log.step_profile, o).c_str());
+    o.title = "profile of the eval plan (loss)";
+    o.max_rows = 15;
+    std::fprintf(stderr, "%s", profile_table(log.eval_profile, o).c_str());
+  }
+  if (!f.trace.empty()) {
+    std::vector<TraceSpan> spans = log.phase_spans;
+    append_trace_spans(spans, log.step_profile, "step plan");
+    append_trace_spans(spans, log.eval_profile, "eval plan");
+    write_trace(f.trace, spans);
   }
 }
 
