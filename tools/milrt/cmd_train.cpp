@@ -120,6 +120,8 @@ llm::TrainOptions train_options(const Args& a) {
   t.quiet = a.quiet;
   t.recompute = a.recompute;
   t.stop = &g_stop;
+  t.profile = profile_flags().on();
+  t.trace = !profile_flags().trace.empty();
   if (!a.out.empty()) {
     const llm::RunRecord base = this_run(a);
     const std::string dir = a.out;
@@ -184,6 +186,7 @@ void run_llama(Args& a) {
   std::fflush(stdout);
   llm::TrainLog log = llm::train(task, t, weights);
   std::printf("%s", llm::efficiency_report(task, t, log).c_str());
+  report_train_profile(log);
   if (log.interrupted) std::printf("interrupted: checkpoint saved at step %lld in %s\n", (long long)(log.rows.empty() ? 0 : log.rows.back().step), a.out.c_str());
   else if (!a.out.empty()) std::printf("saved %s (llama2.c v%d), train_state.bin, losses.csv, loss.svg, report.txt\n", resume_ckpt.c_str(), a.checkpoint_version);
   for (int i = 0; i < a.samples && !log.interrupted; ++i) {
@@ -221,6 +224,7 @@ void run_seed_layer(Args& a) {
   std::fflush(stdout);
   llm::TrainLog log = llm::train(task, t, weights);
   std::printf("%s", llm::efficiency_report(task, t, log).c_str());
+  report_train_profile(log);
   const int64_t last = log.rows.empty() ? 0 : log.rows.back().step;
   const llm::RunRecord totals = a.out.empty() ? add_counters(this_run(a), last, log)
                                               : llm::load_run_record(a.out).value_or(this_run(a));
@@ -268,6 +272,7 @@ void add_train(CLI::App& app) {
                   "fp32; bf16 (matrix operands bf16, fp32 accumulation); or fp16 (fp16 activations and weight copies, "
                   "dynamic loss scaling); master weights always fp32")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  add_profile_options(*cmd);
   cmd->add_option("--emit-mil", a.emit_mil, "write the training program (loss and derived gradients) as MIL and exit");
   cmd->callback([cmd] {
     if (a.threads > 0) kernels::set_num_threads(a.threads);

@@ -35,7 +35,11 @@ const ProfileFlags& profile_flags() {
   if (!f.trace.empty() && !f.checked) {
     // Before any work: a trace that cannot be written is an error now, not after the run.
     if (std::filesystem::is_directory(f.trace)) throw Error("error: --trace " + f.trace + ": is a directory");
-    { AtomicFileWriter probe(f.trace); }  // creates and removes a temporary file beside it
+    try {
+      AtomicFileWriter probe(f.trace);  // creates and removes a temporary file beside it
+    } catch (const Error& e) {
+      throw Error(std::string("error: --trace: ") + e.what());
+    }
     f.checked = true;
   }
   return f;
