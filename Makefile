@@ -3,9 +3,9 @@
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= $(shell nproc)
-DEBS := cmake ninja-build g++ libgtest-dev libfmt-dev libcli11-dev nlohmann-json3-dev python3-numpy libdnnl-dev
+DEBS := cmake ninja-build g++ libgtest-dev libfmt-dev libcli11-dev nlohmann-json3-dev python3-numpy libdnnl-dev pkg-config
 
-.PHONY: run example test build deps test-asan clean
+.PHONY: run example test build deps test-asan test-install clean
 
 # The main job: train the default model on the embedded corpus (the license
 # texts under /usr/share/common-licenses), then print samples from it.
@@ -18,11 +18,28 @@ example: build
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+	$(MAKE) test-install
 	$(MAKE) test-asan
 
 build: deps
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 	cmake --build $(BUILD) -j$(JOBS)
+
+# The library as a program outside this tree sees it: install into a scratch
+# prefix, build examples/embed against it with find_package(milrt), run it,
+# then build the same file with `pkg-config --cflags --libs milrt` and run it.
+INSTALL_PREFIX ?= $(BUILD)/install-prefix
+test-install: build
+	rm -rf $(INSTALL_PREFIX) $(BUILD)/embed
+	cmake --install $(BUILD) --prefix $(abspath $(INSTALL_PREFIX)) >/dev/null
+	cmake -S examples/embed -B $(BUILD)/embed -G Ninja -DCMAKE_BUILD_TYPE=Release \
+	  -DCMAKE_PREFIX_PATH=$(abspath $(INSTALL_PREFIX)) >/dev/null
+	cmake --build $(BUILD)/embed
+	$(BUILD)/embed/embed
+	pc=$$(dirname $$(find $(INSTALL_PREFIX) -name milrt.pc)); \
+	  $(CXX) -std=c++20 -O1 examples/embed/embed.cpp $$(PKG_CONFIG_PATH=$$pc pkg-config --cflags --libs milrt) \
+	  -o $(BUILD)/embed/embed-pkgconfig
+	$(BUILD)/embed/embed-pkgconfig
 
 # The unit tests once more under AddressSanitizer + UndefinedBehaviorSanitizer.
 test-asan: deps
