@@ -48,6 +48,16 @@ test-asan: deps
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure -j$(JOBS) -E 'Benchmark'
 
+# libFuzzer targets for the front ends (fuzz/): built with clang against
+# only the reader sources, each run FUZZ_SECONDS from its seed corpus
+# (fuzz/corpus/, copied: the committed corpus is never modified), FUZZ_JOBS
+# at a time; any crash, sanitizer report, leak, hang or huge allocation fails.
+fuzz: deps
+	@$(MAKE) --no-print-directory deps DEBS="$(FUZZ_DEBS)"
+	CXX=clang++ cmake -S fuzz -B $(FUZZ_BUILD) -G Ninja >/dev/null
+	cmake --build $(FUZZ_BUILD) -j$(JOBS)
+	fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_JOBS)
+
 deps:
 	@missing=$$(for p in $(DEBS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -60,4 +70,4 @@ deps:
 	fi
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
