@@ -4,8 +4,13 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= $(shell nproc)
 DEBS := cmake ninja-build g++ libgtest-dev libfmt-dev libcli11-dev nlohmann-json3-dev python3-numpy libdnnl-dev pkg-config
+# Only `make fuzz` (and so `make test`) needs clang and its libFuzzer/sanitizer runtime.
+FUZZ_DEBS := clang libclang-rt-14-dev
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 30
+FUZZ_JOBS ?= $(JOBS)
 
-.PHONY: run example test build deps test-asan test-install clean
+.PHONY: run example test build deps test-asan test-install fuzz clean
 
 # The main job: train the default model on the embedded corpus (the license
 # texts under /usr/share/common-licenses), then print samples from it.
@@ -20,6 +25,7 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 	$(MAKE) test-install
 	$(MAKE) test-asan
+	$(MAKE) fuzz
 
 build: deps
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
