@@ -186,6 +186,8 @@ TEST(Profile, TableListsEveryStepSortedByTime) {
   const std::string t = profile_table(plan.profile(), to);
   for (auto& s : plan.steps()) EXPECT_NE(t.find(s.kernel), std::string::npos) << t;
   EXPECT_NE(t.find("GFLOP/s"), std::string::npos);
+  EXPECT_NE(t.find("FLOPs"), std::string::npos);
+  EXPECT_NE(t.find("bytes"), std::string::npos);
   EXPECT_NE(t.find("peak"), std::string::npos);
   EXPECT_NE(t.find("3 runs"), std::string::npos) << t;
 }

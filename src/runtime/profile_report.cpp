@@ -23,6 +23,15 @@ std::string ops_text(const std::vector<std::string>& ops, size_t max_ops) {
   return r;
 }
 
+// 1234567 -> "1.23M" (k, M, G, T; "-" for 0): FLOPs and bytes per call.
+std::string si(double v) {
+  if (v <= 0) return "-";
+  const char* units[] = {"", "k", "M", "G", "T"};
+  int u = 0;
+  while (v >= 1000 && u < 4) v /= 1000, ++u;
+  return u == 0 ? fmt::format("{:.0f}", v) : fmt::format("{:.3g}{}", v, units[u]);
+}
+
 }  // namespace
 
 std::string kernel_family(const std::string& k) {
@@ -61,8 +70,9 @@ std::string profile_table(const Plan::Profile& p, const ProfileTableOptions& o) 
                               p.runs > 0 ? total * 1e3 / double(p.runs) : 0.0);
   if (o.peak_gflops > 0) s += fmt::format("; measured {} peak {:.1f} GFLOP/s", o.peak_kind, o.peak_gflops);
   s += "\n";
-  s += fmt::format("{:>4} {:>5}  {:<34} {:>8} {:>10} {:>6} {:>10} {:>8} {:>7}{}  {}\n", "rank", "step", "kernel", "calls",
-                   "total ms", "share", "median µs", "GFLOP/s", "GB/s", o.peak_gflops > 0 ? "   peak" : "", "MIL ops");
+  s += fmt::format("{:>4} {:>5}  {:<34} {:>8} {:>10} {:>6} {:>10} {:>7} {:>7} {:>8} {:>7}{}  {}\n", "rank", "step", "kernel",
+                   "calls", "total ms", "share", "median µs", "FLOPs", "bytes", "GFLOP/s", "GB/s",
+                   o.peak_gflops > 0 ? "   peak" : "", "MIL ops");
   auto rate = [](double per_call, const Plan::StepProfile& st) {
     return st.total_ms > 0 && per_call > 0 ? per_call * double(st.calls) / (st.total_ms * 1e6) : 0.0;
   };
@@ -70,8 +80,9 @@ std::string profile_table(const Plan::Profile& p, const ProfileTableOptions& o) 
   for (size_t r = 0; r < rows; ++r) {
     const Plan::StepProfile& st = p.steps[order[r]];
     const double gflops = rate(st.flops, st), gbs = rate(st.bytes, st);
-    std::string line = fmt::format("{:>4} {:>5}  {:<34} {:>8} {:>10.3f} {:>5.1f}% {:>10.2f} ", r + 1, order[r], st.kernel,
-                                   st.calls, st.total_ms, total > 0 ? 100 * st.total_ms / total : 0.0, st.median_ms * 1e3);
+    std::string line = fmt::format("{:>4} {:>5}  {:<34} {:>8} {:>10.3f} {:>5.1f}% {:>10.2f} {:>7} {:>7} ", r + 1, order[r],
+                                   st.kernel, st.calls, st.total_ms, total > 0 ? 100 * st.total_ms / total : 0.0,
+                                   st.median_ms * 1e3, si(st.flops), si(st.bytes));
     line += st.flops > 0 ? fmt::format("{:>8.2f}", gflops) : fmt::format("{:>8}", "-");
     line += st.bytes > 0 ? fmt::format(" {:>7.2f}", gbs) : fmt::format(" {:>7}", "-");
     if (o.peak_gflops > 0)

@@ -33,7 +33,8 @@ struct ProfileTableOptions {
 };
 
 // One row per step, by total time: kernel, calls, total ms, share of the
-// plans' step time, median µs, GFLOP/s, GB/s, % of the peak, the MIL ops.
+// plans' step time, median µs, FLOPs and bytes per call, GFLOP/s, GB/s, %
+// of the peak, the MIL ops.
 std::string profile_table(const Plan::Profile& p, const ProfileTableOptions& o = {});
 
 // One complete event ("ph":"X") of a trace.
