@@ -1,5 +1,7 @@
 // Lowering of elementwise ops, activations and casts to kernels/generic/elementwise.
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 
 #include <cmath>
 #include <cstring>
@@ -151,12 +153,19 @@ std::unique_ptr<Step> lower_unary(const Op& op, LowerCtx& ctx) {
 // cast: values are rounded to the declared target dtype (e.g. fp16) and kept in storage form.
 // fp32 values rounded to fp16 and back (a cast to fp16 inside an fp32 plan),
 // 8 at a time with F16C.
+#if defined(__x86_64__)
 __attribute__((target("avx,f16c"))) void round_to_f16_f16c(const float* s, float* d, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT)));
   for (; i < n; ++i) d[i] = f16_to_f32(f32_to_f16(s[i]));
 }
+#else
+// Off x86 cpu_features().f16c is false and this is never called.
+void round_to_f16_f16c(const float* s, float* d, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = f16_to_f32(f32_to_f16(s[i]));
+}
+#endif
 
 std::unique_ptr<Step> lower_cast(const Op& op, LowerCtx& ctx) {
   ValueRef x = ctx.input(op, "x"), o = ctx.output(op);
