@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -296,6 +297,22 @@ TEST(Checkpoint, BadFilesGiveErrors) {
     write_bytes(bad, noise);
     EXPECT_THROW(load_llama2c_checkpoint(bad), Error) << n;
   }
+}
+
+// Found by fuzz/fuzz_llama2c_checkpoint (fuzz/corpus/llama2c_checkpoint/
+// regress_4096_layers.bin: a 128-byte file whose header claims 4096 layers):
+// the loader built the names of all ~37,000 weights, twice, before comparing
+// the file's size with the header's, so each such file cost a tenth of a
+// second. The size is now computed first, by arithmetic.
+TEST(Checkpoint, ManyLayerHeaderRefusedBeforeTheLayoutIsBuilt) {
+  const std::string seed = std::string(MILRT_SOURCE_DIR) + "/fuzz/corpus/llama2c_checkpoint/regress_4096_layers.bin";
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 100; ++i) {
+    std::string e = error_of([&] { load_llama2c_checkpoint(seed); });
+    ASSERT_NE(e.find("truncated: the header (dim 8, hidden 16, layers 4096"), std::string::npos) << e;
+  }
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(s, 0.25) << "100 refusals of a 4096-layer header took " << s << " s";
 }
 
 TEST(Checkpoint, SaveRefusesMismatchedWeights) {

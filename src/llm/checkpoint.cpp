@@ -109,6 +109,17 @@ int64_t layout_bytes(const std::vector<Item>& items) {
   return n;
 }
 
+// layout_bytes(file_layout(c, version)) by arithmetic: a header claiming
+// thousands of layers is refused by its size before any of its tens of
+// thousands of names is built (cannot overflow: every size <= kMaxSize).
+int64_t file_bytes(const LlamaConfig& c, int version) {
+  int64_t per_layer = 2 * c.dim + 2 * c.dim * c.dim + 2 * c.kv_dim() * c.dim + 3 * c.hidden * c.dim;
+  int64_t n = c.vocab * c.dim + c.layers * per_layer + c.dim;
+  if (version == 0) n += c.seq * c.head_dim();
+  if (!c.shared_classifier) n += c.vocab * c.dim;
+  return n * 4;
+}
+
 // Header sizes from the file, checked before they size anything.
 LlamaConfig config_from_header(const int32_t h[7], bool shared, const FileReader& r) {
   const char* names[7] = {"dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "seq_len"};
@@ -193,13 +204,14 @@ LlamaWeights load_llama2c_checkpoint(const std::string& path) {
   }
   LlamaWeights w;
   w.cfg = config_from_header(h, shared, r);
-  std::vector<Item> items = file_layout(w.cfg, version);
   int64_t header = version == 0 ? kV0HeaderBytes : kV1HeaderBytes;
-  int64_t expected = header + layout_bytes(items);
+  int64_t expected = header + file_bytes(w.cfg, version);
   if (int64_t(r.size()) != expected)
     r.fail(fmt::format("{}: the header ({}, version {}) needs {} bytes, the file has {}",
                        int64_t(r.size()) < expected ? "truncated" : "size disagrees with the header", w.cfg.str(),
                        version, expected, r.size()));
+  std::vector<Item> items = file_layout(w.cfg, version);
+  if (header + layout_bytes(items) != expected) r.fail("internal error: the layout disagrees with file_bytes");
   std::map<std::string, Shape> shapes;
   for (const WeightSpec& s : llama_weight_specs(w.cfg)) shapes[s.name] = s.shape;
   for (const Item& it : items) {
