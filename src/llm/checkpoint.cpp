@@ -315,6 +315,8 @@ void check_record(const std::string& name, const Tensor& t, const std::function<
   if (name.empty() || name.size() > kMaxNameBytes) fail("a tensor name is empty or too long");
   if (t.dtype() != DType::FP32) fail("'" + name + "' must be fp32");
   if (t.shape().size() > kMaxRank) fail("'" + name + "': rank too high");
+  for (int64_t d : t.shape())
+    if (d > Tensor::kMaxElements) fail("'" + name + "': dimension " + std::to_string(d) + " too large");
 }
 
 // Reads record `i` into `arrays` fp32 tensors; every count is checked
@@ -332,7 +334,9 @@ std::string read_record(FileReader& r, uint64_t i, std::vector<Tensor>& arrays, 
   uint64_t numel = 1;
   for (uint32_t d = 0; d < rank; ++d) {
     shape[d] = r.pod<int64_t>(what + "'s shape");
-    if (shape[d] < 0 || uint64_t(shape[d]) > r.left() || __builtin_mul_overflow(numel, uint64_t(shape[d]), &numel))
+    // Bounded by a constant, not by the bytes left: a tensor with a zero dim
+    // has no data, and its other dims may be anything the writer accepts.
+    if (shape[d] < 0 || shape[d] > Tensor::kMaxElements || __builtin_mul_overflow(numel, uint64_t(shape[d]), &numel))
       r.fail(fmt::format("implausible dimension {} of {}", shape[d], what));
   }
   if (numel > r.left() / (4 * n_arrays))
