@@ -1,6 +1,8 @@
 // compile(): passes, lowering of every op to a Step, memory planning; and
 // Plan::run(): bind addresses, convert inputs, run the steps, convert outputs.
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 #include <unistd.h>
 
 #include <algorithm>
@@ -341,6 +343,7 @@ namespace {
 
 // ---- conversions at the plan's edges: fp16 <-> fp32 vectorized where F16C exists
 
+#if defined(__x86_64__)
 __attribute__((target("avx,f16c"))) void f16_to_f32_f16c(const uint16_t* s, float* d, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
@@ -355,6 +358,15 @@ __attribute__((target("avx,f16c"))) void f32_to_f16_f16c(const float* s, uint16_
                      _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   for (; i < n; ++i) d[i] = f32_to_f16(s[i]);
 }
+#else
+// Off x86 cpu_features().f16c is false and these are never called.
+void f16_to_f32_f16c(const uint16_t* s, float* d, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = f16_to_f32(s[i]);
+}
+void f32_to_f16_f16c(const float* s, uint16_t* d, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = f32_to_f16(s[i]);
+}
+#endif
 
 // n elements from dtype `from` to `to`, rounding as a cast does.
 void convert(const void* src, DType from, int64_t n, void* dst, DType to) {
