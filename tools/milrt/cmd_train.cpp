@@ -226,8 +226,9 @@ void run_seed_layer(Args& a) {
   std::printf("%s", llm::efficiency_report(task, t, log).c_str());
   report_train_profile(log);
   const int64_t last = log.rows.empty() ? 0 : log.rows.back().step;
-  const llm::RunRecord totals = a.out.empty() ? add_counters(this_run(a), last, log)
-                                              : llm::load_run_record(a.out).value_or(this_run(a));
+  // The run's totals: what it had before this process, plus this process's part
+  // (what on_save wrote last, with the wall time up to now).
+  const llm::RunRecord totals = add_counters(this_run(a), last, log);
   std::printf("%s", llm::seed_layer_final_report(cfg, log, totals).c_str());
   if (log.interrupted) std::printf("interrupted: checkpoint saved at step %lld in %s\n", (long long)last, a.out.c_str());
   else if (!a.out.empty()) std::printf("saved %s (weights), train_state.bin, run.json, losses.csv, loss.svg, report.txt\n", ckpt.c_str());
