@@ -74,7 +74,24 @@ struct CompileOptions {
   // also records one event per step per run (Plan::Profile::events).
   bool profile = false;
   bool trace = false;
+  // Values to read back after each run with Plan::tap(), by MIL name in the
+  // compiled function: any op result, constant or input, but not a state
+  // (read those with Plan::state()) nor a string. Each tapped result becomes
+  // an extra output of the function before the passes, so that it stays
+  // computed and the memory plan keeps it alive: tapping may stop a fusion
+  // (a tapped matmul result no longer fuses with its bias add and relu) and
+  // so changes steps() and arena_bytes(), not what is computed (values and
+  // outputs may differ in their last fp32 bits, as fused and unfused kernels
+  // round differently). A tapped input costs nothing; a tapped constant
+  // holds an fp32 copy where kernels read it packed or compressed. Without
+  // taps the plan is exactly the untapped one. compile() throws an Error
+  // naming the value and the function for a name it cannot tap.
+  std::vector<std::string> taps;
 };
+
+// Throws the Error compile() throws when CompileOptions::taps names a value
+// of `f` that cannot be tapped (for tools that read values another way).
+void check_taps(const Function& f, const CompileOptions& options);
 
 // 3/4 of the machine's physical memory (sysconf), the default memory limit.
 size_t default_max_memory();
@@ -137,6 +154,7 @@ class Plan {
   const std::vector<Port>& inputs() const;    // what run() takes: states excluded
   const std::vector<Port>& outputs() const;
   const std::vector<Port>& states() const;
+  const std::vector<Port>& taps() const;      // CompileOptions::taps, in that order
   std::vector<StepInfo> steps() const;
   size_t arena_bytes() const;          // planned intermediates
   size_t intermediate_bytes() const;   // what they would take without reuse
@@ -184,6 +202,13 @@ class Plan {
   Tensor state(const std::string& name) const;               // declared dtype
   void set_state(const std::string& name, const Tensor& value);  // converted; shape must match
   void reset_state();                                         // every state to zero
+
+  // A tapped value (CompileOptions::taps) as the last completed run left it,
+  // in its declared dtype. A tap that is also an input or output is copied at
+  // the end of each run, so that later changes to bound caller memory do not
+  // show. An Error for a name that was not tapped, or while no run has
+  // completed (before the first, or after a failed or cancelled one).
+  Tensor tap(const std::string& name) const;
 
   struct Impl;
  private:

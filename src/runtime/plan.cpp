@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <span>
 #include <unordered_map>
 
 #include "ir/verifier.h"
@@ -195,6 +196,19 @@ struct Plan::Impl {
   rt::Frame frame;
   size_t arena_bytes = 0, intermediate_bytes = 0;
   std::atomic<bool> cancelled{false};  // Plan::cancel()
+  // Taps (Plan::tap): a tap that is also an input or output may live in caller
+  // memory, so it is copied into its `tap_copies` buffer after each run; the
+  // others stay in plan memory that only the next run writes.
+  std::vector<Port> taps;
+  std::vector<int> tap_ids;
+  std::vector<Tensor> tap_copies;     // empty for taps read in place
+  bool taps_valid = false;            // a run has completed since compile
+  void capture_taps() {
+    for (size_t i = 0; i < taps.size(); ++i)
+      if (!tap_copies[i].empty() && tap_copies[i].nbytes())
+        std::memcpy(tap_copies[i].mutable_data(), frame.ptr[size_t(tap_ids[i])], tap_copies[i].nbytes());
+    taps_valid = true;
+  }
 
   int add_val(const std::string& name, DType declared, Shape shape, Kind kind) {
     Val v{name, rt::storage_dtype(declared), std::move(shape), kind};
@@ -322,6 +336,7 @@ struct Plan::Impl {
     }
   }
   void run_steps() {
+    taps_valid = false;
     if (profiling) [[unlikely]] {
       run_steps_profiled();
     } else {
@@ -336,6 +351,7 @@ struct Plan::Impl {
       void* dst = frame.ptr[size_t(w.state)];
       if (src != dst) std::memcpy(dst, src, vals[size_t(w.state)].bytes());
     }
+    if (!taps.empty()) capture_taps();
   }
 };
 
@@ -573,12 +589,39 @@ void check_value_sizes(const Function& f, size_t limit) {
     for (auto& o : op.outputs) check(o.name, o.type, &op);
 }
 
+// CompileOptions::taps checked against the function as written: the names,
+// without repeats, of values that can be read back after a run.
+std::vector<std::string> tap_names(const Function& f, const CompileOptions& options) {
+  std::vector<std::string> r;
+  for (const std::string& name : options.taps) {
+    const Type* type = nullptr;
+    bool state = false;
+    if (const Param* prm = f.param(name)) {
+      type = &prm->type;
+      state = is_state_param(*prm);
+      for (auto& [out, in] : options.state_aliases) state |= in == name;
+    }
+    for (auto& op : f.ops)
+      for (auto& o : op.outputs)
+        if (o.name == name) type = &o.type;
+    const std::string what = "cannot tap '" + name + "' in function '" + f.name + "': ";
+    if (!type) throw Error("error: " + what + "no value of that name");
+    if (state) throw Error("error: " + what + "it is a state of the plan (read it with Plan::state)");
+    if (!type->is_tensor() || type->dtype == DType::String)
+      throw Error("error: " + what + "only tensors can be tapped, not " + type->str());
+    if (!contains(r, name)) r.push_back(name);
+  }
+  return r;
+}
+
 double literal_bytes(const Arg& a) {
   double b = a.kind == Arg::Kind::Const && a.lit->value.dtype() != DType::String ? double(a.lit->value.nbytes()) : 0;
   for (auto& e : a.elems) b += literal_bytes(e);
   return b;
 }
 }  // namespace
+
+void check_taps(const Function& f, const CompileOptions& options) { tap_names(f, options); }
 
 size_t default_max_memory() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
@@ -598,6 +641,7 @@ Plan::~Plan() = default;
 const std::vector<Plan::Port>& Plan::inputs() const { return impl_->inputs; }
 const std::vector<Plan::Port>& Plan::outputs() const { return impl_->outputs; }
 const std::vector<Plan::Port>& Plan::states() const { return impl_->states; }
+const std::vector<Plan::Port>& Plan::taps() const { return impl_->taps; }
 size_t Plan::arena_bytes() const { return impl_->arena_bytes; }
 size_t Plan::intermediate_bytes() const { return impl_->intermediate_bytes; }
 std::vector<Plan::StepInfo> Plan::steps() const {
@@ -672,6 +716,12 @@ Plan compile(const Program& program, const CompileOptions& options) {
   if (!options.input_shapes.empty()) specialize_shapes(*fn);
   const size_t limit = options.max_memory ? options.max_memory : default_max_memory();
   check_value_sizes(*fn, limit);
+  // Tapped results join the outputs, so that no pass fuses or removes them
+  // (inputs always stay); the plan's declared outputs are the first n_outputs.
+  const std::vector<std::string> taps = tap_names(*fn, options);
+  const size_t n_outputs = fn->outputs.size();
+  for (auto& name : taps)
+    if (!fn->param(name) && !contains(fn->outputs, name)) fn->outputs.push_back(name);
   run_passes(P.program, options.passes);
   fn = P.program.function(options.function);
   const int n_ops = int(fn->ops.size());
@@ -897,7 +947,7 @@ Plan compile(const Program& program, const CompileOptions& options) {
     }
   }
 
-  for (auto& name : fn->outputs) {
+  for (const std::string& name : std::span(fn->outputs).first(n_outputs)) {
     auto it = P.ids.find(name);
     if (it == P.ids.end()) throw Error("error: output '" + name + "' is not computed by the plan");
     const Type& ty = types.at(name);
@@ -905,6 +955,16 @@ Plan compile(const Program& program, const CompileOptions& options) {
       throw Error("error: output '" + name + "' is a state: return read_state of it instead");
     P.outputs.push_back({name, ty.dtype, P.vals[size_t(it->second)].shape});
     P.output_ids.push_back(it->second);
+  }
+  for (const std::string& name : taps) {
+    auto it = P.ids.find(name);
+    if (it == P.ids.end()) throw Error("internal: tapped value '" + name + "' is not computed by the plan");
+    const int id = it->second;
+    const bool io = std::ranges::count(P.input_ids, id) || std::ranges::count(P.output_ids, id);
+    P.taps.push_back({name, types.at(name).dtype, P.vals[size_t(id)].shape});
+    P.tap_ids.push_back(id);
+    P.tap_copies.push_back(io ? Tensor(P.vals[size_t(id)].dtype, P.vals[size_t(id)].shape) : Tensor());
+    P.need(id);
   }
   for (auto& [in, out] : alias_of_input)
     if (!in_state.count(out)) P.write_backs.push_back({P.ids.at(out), P.ids.at(in)});
@@ -1074,6 +1134,18 @@ void Plan::set_state(const std::string& name, const Tensor& value) {
                 shape_str(value.shape()));
   if (value.dtype() == DType::String) throw Error("error: state '" + name + "' cannot be set from strings");
   convert(value.data(), value.dtype(), value.numel(), P.buffers[size_t(v.storage)].mutable_data(), v.dtype);
+}
+
+Tensor Plan::tap(const std::string& name) const {
+  const Impl& P = *impl_;
+  for (size_t i = 0; i < P.taps.size(); ++i) {
+    if (P.taps[i].name != name) continue;
+    if (!P.taps_valid) throw Error("error: tap '" + name + "' has no value: no run of the plan has completed");
+    const auto& v = P.vals[size_t(P.tap_ids[i])];
+    const void* data = P.tap_copies[i].empty() ? P.frame.ptr[size_t(P.tap_ids[i])] : P.tap_copies[i].data();
+    return export_value(data, v.dtype, v.shape, P.taps[i].dtype);
+  }
+  throw Error("error: '" + name + "' is not tapped (CompileOptions::taps, milrt run --tap)");
 }
 
 void Plan::reset_state() {

@@ -1,5 +1,6 @@
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -86,13 +87,16 @@ void add_run(CLI::App& app) {
   add_max_memory_option(*cmd);
   add_profile_options(*cmd);
   static std::string model, function = "main", out_dir, engine = "compiled";
-  static std::vector<std::string> inputs, compares;
+  static std::vector<std::string> inputs, compares, taps;
   static double tolerance = -1;
   cmd->add_option("model", model, "a .mlmodelc directory or a .mil file")->required();
   cmd->add_option("--function", function, "function to run (default main)");
   cmd->add_option("--input", inputs, "NAME=FILE.npy, once per function input");
   cmd->add_option("--output-dir", out_dir, "write each output as DIR/NAME.npy");
-  cmd->add_option("--compare", compares, "NAME=FILE.npy: report the largest difference of output NAME from FILE");
+  cmd->add_option("--tap", taps, "NAME[,NAME...]: also report intermediate value NAME (an op result, constant or input), "
+                 "written as DIR/taps/NAME.npy with --output-dir")
+      ->delimiter(',');
+  cmd->add_option("--compare", compares, "NAME=FILE.npy: report the largest difference of output (or tap) NAME from FILE");
   cmd->add_option("--tolerance", tolerance, "with --compare: exit 1 if any |difference| exceeds this");
   cmd->add_option("--engine", engine, "compiled (default: a fused, memory-planned plan) or reference (the oracle: every op, fp64 rounded per op)")
       ->check(CLI::IsMember({"reference", "compiled"}));
@@ -109,9 +113,10 @@ void add_run(CLI::App& app) {
     for (auto& prm : f->params)
       if (!in.count(prm.name))
         throw Error("error: missing --input " + prm.name + "=FILE.npy (" + prm.type.str() + ")");
-    TensorMap out;
+    TensorMap out, tapped;
+    CompileOptions opts;
+    opts.taps = taps;
     if (engine == "compiled") {
-      CompileOptions opts;
       opts.function = function;
       opts.max_memory = max_memory_cli();
       opts.profile = pf.on();
@@ -127,19 +132,35 @@ void add_run(CLI::App& app) {
         }
       CancelOnSigint on_ctrl_c(plan);
       out = plan.run(in);
+      for (auto& name : taps) tapped[name] = plan.tap(name);
       report_profile(plan, "profile of " + model + " (" + function + ")");
-    } else {
+    } else if (taps.empty()) {
       out = run_reference(p, function, in);
+    } else {  // the reference executor keeps every value: taps cost nothing there
+      check_taps(*f, opts);
+      TensorMap all = run_reference_all(p, function, in);
+      for (auto& name : f->outputs) out[name] = all.at(name);
+      for (auto& name : taps) tapped[name] = all.at(name);
     }
     if (!out_dir.empty()) std::filesystem::create_directories(out_dir);
     for (auto& name : f->outputs) {
       summarize(name, out.at(name));
       if (!out_dir.empty()) write_npy((std::filesystem::path(out_dir) / (name + ".npy")).string(), out.at(name));
     }
+    if (!out_dir.empty() && !tapped.empty()) std::filesystem::create_directories(out_dir + "/taps");
+    std::vector<std::string> printed;  // taps in the order given, each once
+    for (auto& name : taps) {
+      if (std::count(printed.begin(), printed.end(), name)) continue;
+      printed.push_back(name);
+      summarize("tap " + name, tapped.at(name));
+      if (!out_dir.empty())
+        write_npy((std::filesystem::path(out_dir) / "taps" / (name + ".npy")).string(), tapped.at(name));
+    }
     bool within = true;
     for (auto& [name, want] : expected) {
-      if (!out.count(name)) throw Error("error: --compare names '" + name + "', which is not an output");
-      within &= compare(name, out.at(name), want, tolerance);
+      const Tensor* got = out.count(name) ? &out.at(name) : tapped.count(name) ? &tapped.at(name) : nullptr;
+      if (!got) throw Error("error: --compare names '" + name + "', which is neither an output nor a tap");
+      within &= compare(name, *got, want, tolerance);
     }
     if (!within) throw CLI::RuntimeError(1);
   });
