@@ -12,6 +12,9 @@
 // for fp16 programs (more accurate than fp16 hardware, which rounds after
 // every op); integers in int32, bools in one byte. Inputs are converted from
 // their given dtype on the way in, outputs to their declared dtype on the way out.
+// CompileOptions::numerics = fp16 rounds fp16 values as fp16 hardware does
+// (see there): still computed and stored in fp32, but every value declared
+// fp16 then holds an fp16 number.
 //
 // States. A plan owns one persistent buffer per state: each `state<tensor>`
 // parameter of an iOS18 stateful function, and each input named by
@@ -19,7 +22,8 @@
 // and are not inputs of run(): read them with state(), write them with
 // set_state(), zero them with reset_state(). Like every plan value they are
 // stored in fp32 for float dtypes, so an fp16 state keeps fp32 precision
-// between runs (state() rounds to the declared dtype on the way out).
+// between runs (state() rounds to the declared dtype on the way out), unless
+// numerics fp16 rounds it (set_state() and every update then store fp16 numbers).
 //  - coreml_update_state copies its value into the buffer at its place in
 //    the program, so later reads in the same run see it. The results of
 //    read_state and coreml_update_state are the buffer itself, without a
@@ -62,6 +66,41 @@ struct CompileOptions {
   // usual mixed precision of training. Everything else stays fp32.
   enum class MatmulPrecision { fp32, bf16 };
   MatmulPrecision matmul_precision = MatmulPrecision::fp32;
+  // How each GEMM's backend (milrt's own kernels or oneDNN) is chosen
+  // (src/kernels/gemm_tuning.h): on times the candidates for each product
+  // shape once and caches the winner per CPU model under the user's cache
+  // directory; readonly uses cached winners only; off uses the fixed rule
+  // (own kernels). from_env: MILRT_TUNE (unset: on). Plans tuned differently
+  // agree to fp32 rounding, not bit for bit; a oneDNN step allocates a little
+  // per run.
+  enum class Tune { from_env, off, readonly, on };
+  Tune tune = Tune::from_env;
+  // Results bit-identical for any thread count (MILRT_THREADS,
+  // kernels::set_num_threads): only kernels that guarantee it, so no oneDNN
+  // GEMM (an error with MILRT_GEMM=onednn); tuning does not apply.
+  bool deterministic = false;
+  // fp16: every value declared fp16 is rounded to fp16 (to nearest even,
+  // overflowing to inf past 65504) after the step that computes it, as the
+  // reference executor and fp16 hardware round after every op; inputs and
+  // states declared fp16 are rounded on the way in. Ops are still computed in
+  // fp32 and values still stored as fp32 holding fp16 numbers, so memory
+  // traffic is that of fp32 (not halved). Results are bit-identical to the
+  // reference executor for the exactly rounded ops (add, sub, mul, real_div,
+  // sqrt: fp32 has more than twice fp16's precision, so rounding through fp32
+  // equals rounding once; and ops that select values: relu, maximum, select,
+  // concat, transpose, ...), and within an fp16 ulp or two elsewhere
+  // (transcendentals, reductions, GEMM and conv accumulate in fp32, not fp64).
+  // To keep fp16 intermediates visible, the fusions whose kernels compute
+  // several ops with fp32 intermediates are left out of `passes`
+  // (fuse-attention, fuse-norms, fuse-gemm-epilogue, fuse-conv-epilogue);
+  // fused elementwise chains stay fused and round after each op. Ops the
+  // pipeline itself splits round once more than the reference's single op:
+  // linear / 1x1 conv with a bias (canonicalize: matmul, then add) and what
+  // decompose expands (batch_norm, instance_norm, l2_norm, ...). Values of
+  // other dtypes (bf16 included) are as with fp32. Cannot be combined with
+  // matmul_precision bf16. Also lets bind() take fp16 memory (see there).
+  enum class Numerics { fp32, fp16 };
+  Numerics numerics = Numerics::fp32;
   // Memory limit in bytes (0: default_max_memory(), 3/4 of physical memory).
   // compile() adds up what the plan would hold (constant weights as stored,
   // the planned arena, state, input and output buffers) once shapes are
@@ -170,6 +209,12 @@ class Plan {
   // bool as one byte; see storage_dtype()) and the port's shape, element-aligned,
   // valid until unbound or rebound. A dtype other than the storage dtype, or an
   // unknown name, is an error; unbind() (or a nullptr) undoes a binding.
+  // With CompileOptions::numerics fp16, a port declared fp16 also binds fp16
+  // memory (bind_dtypes()): run() converts it at the edge, into or out of a
+  // plan-owned fp32 buffer allocated at bind time (the caller copies nothing,
+  // run() allocates nothing; the conversion is one F16C pass). An fp16 input
+  // bound as fp32 is rounded into that buffer too, never read in place. bf16
+  // memory is refused: a plan does not round bf16 values to bf16.
   // run() then reads bound inputs and writes bound outputs in place: no copy,
   // no allocation once kernels' per-thread scratch has grown on a first run
   // (outputs left unbound are computed into plan memory and not delivered). An output that is not computed by an op of its own (one that
@@ -189,6 +234,10 @@ class Plan {
   void run();
   // How a value of declared dtype `d` is stored (what bind() expects).
   static DType storage_dtype(DType d);
+  // The dtypes bind() takes for a port of declared dtype `d` in this plan:
+  // storage_dtype(d), and with numerics fp16 also fp16 for an fp16 port.
+  std::vector<DType> bind_dtypes(DType d) const;
+  CompileOptions::Numerics numerics() const;
 
   // Asks a run to stop: thread-safe and async-signal-safe (one atomic
   // store), callable from another thread or a signal handler. The run in

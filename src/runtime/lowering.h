@@ -59,6 +59,10 @@ class LowerCtx {
 
   // CompileOptions::matmul_precision == bf16: GEMM operands rounded to bf16.
   bool bf16_matmuls = false;
+  // CompileOptions::numerics == fp16 (runtime/numerics.h): compile() rounds
+  // each step's fp16 outputs; a lowering that computes several fp16 ops in
+  // one step rounds its intermediates itself.
+  bool fp16_numerics = false;
 };
 
 using LowerFn = std::unique_ptr<Step> (*)(const Op& op, LowerCtx& ctx);

@@ -22,9 +22,11 @@
 #include "milrt/plan.h"
 #include "runtime/lowering.h"
 #include "runtime/memory_plan.h"
+#include "runtime/numerics.h"
 #include "runtime/views.h"
 #include "kernels/cpu_features.h"
 #include "kernels/generic/copy.h"
+#include "kernels/generic/round_f16.h"
 
 namespace milrt {
 namespace rt {
@@ -190,6 +192,14 @@ struct Plan::Impl {
   std::vector<Port> inputs, outputs, states;
   std::vector<int> input_ids, output_ids, state_ids;
   std::vector<void*> input_bound, output_bound;   // zero-copy bindings (nullptr: none)
+  // CompileOptions::numerics fp16: fp16 values rounded, fp16 binds converted
+  // at the edge. The dtype of each binding's memory.
+  bool fp16 = false;
+  std::vector<DType> input_bound_dtype, output_bound_dtype;
+  // An fp16 input under numerics fp16 is read through its plan buffer
+  // (widened from fp16 memory, or rounded from fp32 memory) by run().
+  bool input_via_buffer(size_t i) const { return fp16 && inputs[i].dtype == DType::FP16; }
+  bool output_via_buffer(size_t i) const { return output_bound_dtype[i] != vals[size_t(output_ids[i])].dtype; }
   std::vector<WriteBack> write_backs;
   std::vector<int> view_ids;
   std::vector<uint8_t> arena;
@@ -265,8 +275,9 @@ struct Plan::Impl {
   // Frame pointers of inputs and outputs: bound caller memory, or plan memory.
   void set_io_pointers(bool use_bindings) {
     for (size_t i = 0; i < input_ids.size(); ++i)
-      frame.ptr[size_t(input_ids[i])] =
-          !use_bindings ? owned(input_ids[i]) : input_bound[i] ? input_bound[i] : owned_if_allocated(input_ids[i]);
+      frame.ptr[size_t(input_ids[i])] = !use_bindings || (input_bound[i] && input_via_buffer(i)) ? owned(input_ids[i])
+                                        : input_bound[i]                                    ? input_bound[i]
+                                                                                            : owned_if_allocated(input_ids[i]);
     for (size_t i = 0; i < output_ids.size(); ++i)
       if (vals[size_t(output_ids[i])].kind == Kind::Output) frame.ptr[size_t(output_ids[i])] = owned(output_ids[i]);
     // An output computed by its op straight into caller memory; when two
@@ -274,7 +285,7 @@ struct Plan::Impl {
     if (use_bindings)
       for (size_t i = 0; i < output_ids.size(); ++i) {
         int id = output_ids[i];
-        if (!output_bound[i] || vals[size_t(id)].kind != Kind::Output) continue;
+        if (!output_bound[i] || vals[size_t(id)].kind != Kind::Output || output_via_buffer(i)) continue;
         bool taken = false;
         for (size_t j = 0; j < i; ++j) taken |= output_ids[j] == id && output_bound[j];
         if (!taken) frame.ptr[size_t(id)] = output_bound[i];
@@ -650,6 +661,14 @@ std::vector<Plan::StepInfo> Plan::steps() const {
   return r;
 }
 DType Plan::storage_dtype(DType d) { return rt::storage_dtype(d); }
+std::vector<DType> Plan::bind_dtypes(DType d) const {
+  std::vector<DType> r{rt::storage_dtype(d)};
+  if (impl_->fp16 && d == DType::FP16) r.push_back(DType::FP16);
+  return r;
+}
+CompileOptions::Numerics Plan::numerics() const {
+  return impl_->fp16 ? CompileOptions::Numerics::fp16 : CompileOptions::Numerics::fp32;
+}
 
 void Plan::set_profiling(bool on, bool trace) {
   if (on) impl_->start_profiling(trace);
@@ -722,7 +741,10 @@ Plan compile(const Program& program, const CompileOptions& options) {
   const size_t n_outputs = fn->outputs.size();
   for (auto& name : taps)
     if (!fn->param(name) && !contains(fn->outputs, name)) fn->outputs.push_back(name);
-  run_passes(P.program, options.passes);
+  P.fp16 = options.numerics == CompileOptions::Numerics::fp16;
+  if (P.fp16 && options.matmul_precision == CompileOptions::MatmulPrecision::bf16)
+    throw Error("error: numerics fp16 and matmul precision bf16 cannot be combined (bf16 operands are not fp16 numerics)");
+  run_passes(P.program, P.fp16 ? rt::passes_for_fp16(options.passes) : options.passes);
   fn = P.program.function(options.function);
   const int n_ops = int(fn->ops.size());
   const auto uses = uses_of(*fn);
@@ -903,6 +925,7 @@ Plan compile(const Program& program, const CompileOptions& options) {
 
   Lowerer lower(P);
   lower.bf16_matmuls = options.matmul_precision == CompileOptions::MatmulPrecision::bf16;
+  lower.fp16_numerics = P.fp16;
   for (auto& op : fn->ops) {
     if (op.type == "const") {
       const Arg* val = op.arg("val");
@@ -933,6 +956,11 @@ Plan compile(const Program& program, const CompileOptions& options) {
     if (!fn_lower)
       throw_op_error(op, "no compiled kernel for '" + op.type + "' yet (run it with --engine reference)");
     P.steps.push_back(fn_lower(op, lower));
+    if (P.fp16) {
+      std::vector<rt::ValueRef> outs;
+      for (size_t k = 0; k < op.outputs.size(); ++k) outs.push_back(lower.output(op, k));
+      P.steps.back() = rt::round_fp16_outputs(std::move(P.steps.back()), op, outs, types);
+    }
     if (op.type == "read_state" && in_state.count(op.outputs[0].name)) {
       P.steps.back()->info.kernel = "read_state (in place)";  // `milrt inspect` shows the copy is gone
       P.steps.back()->info.bytes = 0;
@@ -972,6 +1000,9 @@ Plan compile(const Program& program, const CompileOptions& options) {
   for (auto& wb : P.write_backs) P.need(wb.src);
   P.input_bound.assign(P.inputs.size(), nullptr);
   P.output_bound.assign(P.outputs.size(), nullptr);
+  P.input_bound_dtype.assign(P.inputs.size(), DType::FP32);
+  P.output_bound_dtype.clear();
+  for (int id : P.output_ids) P.output_bound_dtype.push_back(P.vals[size_t(id)].dtype);
 
   P.arena_bytes = mp.arena_bytes;
   P.intermediate_bytes = mp.total_bytes;
@@ -1026,7 +1057,9 @@ TensorMap Plan::run(const TensorMap& in) {
   for (size_t i = 0; i < P.inputs.size(); ++i) {
     const Tensor& t = in.at(P.inputs[i].name);
     const auto& v = P.vals[size_t(P.input_ids[i])];
-    convert(t.data(), t.dtype(), t.numel(), P.frame.ptr[size_t(P.input_ids[i])], v.dtype);
+    void* dst = P.frame.ptr[size_t(P.input_ids[i])];
+    convert(t.data(), t.dtype(), t.numel(), dst, v.dtype);
+    if (P.input_via_buffer(i) && t.dtype() != DType::FP16) kernels::round_to_f16(static_cast<float*>(dst), t.numel());
   }
   P.run_steps();
   TensorMap out;
@@ -1041,24 +1074,30 @@ void Plan::bind(const std::string& name, void* data, DType dtype) {
   Impl& P = *impl_;
   auto check = [&](const char* what, const Port& port, int id) {
     DType want = P.vals[size_t(id)].dtype;
-    if (data && dtype != want)
+    const bool converted = P.fp16 && dtype == DType::FP16 && port.dtype == DType::FP16;
+    if (data && dtype != want && !converted)
       throw Error(std::string("error: cannot bind ") + what + " '" + name + "' to " + std::string(dtype_name(dtype)) +
                   " memory: the plan stores it as " + std::string(dtype_name(want)) + " (declared " +
-                  std::string(dtype_name(port.dtype)) + ")");
-    if (data && reinterpret_cast<uintptr_t>(data) % dtype_size(want) != 0)
+                  std::string(dtype_name(port.dtype)) + ")" +
+                  (dtype == DType::FP16 && port.dtype == DType::FP16
+                       ? "; fp16 memory binds to plans compiled with numerics fp16 (CompileOptions::numerics, "
+                         "--numerics fp16)"
+                       : ""));
+    if (data && reinterpret_cast<uintptr_t>(data) % dtype_size(dtype) != 0)
       throw Error(std::string("error: cannot bind ") + what + " '" + name + "': memory not aligned to " +
-                  std::to_string(dtype_size(want)) + " bytes");
+                  std::to_string(dtype_size(dtype)) + " bytes");
+    return data ? dtype : want;
   };
   bool found = false;
   for (size_t i = 0; i < P.inputs.size(); ++i)
     if (P.inputs[i].name == name) {
-      check("input", P.inputs[i], P.input_ids[i]);
+      P.input_bound_dtype[i] = check("input", P.inputs[i], P.input_ids[i]);
       P.input_bound[i] = data;
       found = true;
     }
   for (size_t i = 0; i < P.outputs.size(); ++i)
     if (P.outputs[i].name == name && !found) {
-      check("output", P.outputs[i], P.output_ids[i]);
+      P.output_bound_dtype[i] = check("output", P.outputs[i], P.output_ids[i]);
       P.output_bound[i] = data;
       found = true;
     }
@@ -1102,11 +1141,21 @@ void Plan::run() {
   for (size_t i = 0; i < P.inputs.size(); ++i)
     if (!P.input_bound[i]) throw Error("error: run() without inputs needs every input bound; '" + P.inputs[i].name +
                                        "' is not (bind it, or use run(inputs))");
+  for (size_t i = 0; i < P.inputs.size(); ++i) {
+    if (!P.input_via_buffer(i)) continue;
+    const auto& v = P.vals[size_t(P.input_ids[i])];
+    auto* dst = static_cast<float*>(P.frame.ptr[size_t(P.input_ids[i])]);
+    const int64_t n = shape_numel(v.shape);
+    if (P.input_bound_dtype[i] == DType::FP16) convert(P.input_bound[i], DType::FP16, n, dst, DType::FP32);
+    else kernels::round_to_f16(static_cast<const float*>(P.input_bound[i]), dst, n);
+  }
   P.run_steps();
   for (size_t i = 0; i < P.outputs.size(); ++i) {
     void* src = P.frame.ptr[size_t(P.output_ids[i])];
-    if (P.output_bound[i] && src != P.output_bound[i])
-      std::memcpy(P.output_bound[i], src, P.vals[size_t(P.output_ids[i])].bytes());
+    const auto& v = P.vals[size_t(P.output_ids[i])];
+    if (!P.output_bound[i] || src == P.output_bound[i]) continue;
+    if (P.output_bound_dtype[i] == v.dtype) std::memcpy(P.output_bound[i], src, v.bytes());
+    else convert(src, v.dtype, shape_numel(v.shape), P.output_bound[i], P.output_bound_dtype[i]);
   }
 }
 
@@ -1133,7 +1182,11 @@ void Plan::set_state(const std::string& name, const Tensor& value) {
     throw Error("error: state '" + name + "' has shape " + shape_str(v.shape) + "; got a tensor of shape " +
                 shape_str(value.shape()));
   if (value.dtype() == DType::String) throw Error("error: state '" + name + "' cannot be set from strings");
-  convert(value.data(), value.dtype(), value.numel(), P.buffers[size_t(v.storage)].mutable_data(), v.dtype);
+  void* dst = P.buffers[size_t(v.storage)].mutable_data();
+  convert(value.data(), value.dtype(), value.numel(), dst, v.dtype);
+  for (auto& port : P.states)
+    if (P.fp16 && port.name == name && port.dtype == DType::FP16)
+      kernels::round_to_f16(static_cast<float*>(dst), value.numel());
 }
 
 Tensor Plan::tap(const std::string& name) const {

@@ -34,6 +34,7 @@ void add_bench(CLI::App& app) {
   auto* cmd = app.add_subcommand("bench", "Median latency of a model's compiled plan");
   add_load_options(*cmd);
   add_max_memory_option(*cmd);
+  add_numerics_option(*cmd);
   static std::string model, function = "main", vs;
   static std::vector<std::string> inputs;
   static int runs = 20;
@@ -68,6 +69,7 @@ void add_bench(CLI::App& app) {
         throw Error("error: input '" + prm.name + "' has flexible shape " + prm.type.str() + ": give it with --input");
     CompileOptions opts;
     opts.max_memory = max_memory_cli();
+    opts.numerics = numerics_cli();
     opts.function = function;
     for (auto& [name, t] : in) opts.input_shapes[name] = t.shape();
     auto c0 = std::chrono::steady_clock::now();

@@ -85,6 +85,7 @@ void add_run(CLI::App& app) {
   auto* cmd = app.add_subcommand("run", "Run a model on .npy inputs");
   add_load_options(*cmd);
   add_max_memory_option(*cmd);
+  add_numerics_option(*cmd);
   add_profile_options(*cmd);
   static std::string model, function = "main", out_dir, engine = "compiled";
   static std::vector<std::string> inputs, compares, taps;
@@ -119,6 +120,7 @@ void add_run(CLI::App& app) {
     if (engine == "compiled") {
       opts.function = function;
       opts.max_memory = max_memory_cli();
+      opts.numerics = numerics_cli();
       opts.profile = pf.on();
       opts.trace = !pf.trace.empty();
       for (auto& [name, t] : in)

@@ -37,6 +37,9 @@ Program load_model_cli(const std::string& path);
 // (CompileOptions::max_memory; "512M", "2G", "1.5G", plain bytes; 0: default).
 void add_max_memory_option(CLI::App& cmd);
 size_t max_memory_cli();
+// ... and --numerics fp32|fp16 (CompileOptions::numerics).
+void add_numerics_option(CLI::App& cmd);
+CompileOptions::Numerics numerics_cli();
 // "512M" -> 512 << 20; K, M, G, T (binary multiples, optional "B"/"iB"). Throws Error.
 size_t parse_bytes(const std::string& s);
 

@@ -38,6 +38,25 @@ void add_max_memory_option(CLI::App& cmd) {
 
 size_t max_memory_cli() { return max_memory_text().empty() ? 0 : parse_bytes(max_memory_text()); }
 
+namespace {
+std::string& numerics_text() {
+  static std::string s = "fp32";
+  return s;
+}
+}  // namespace
+
+void add_numerics_option(CLI::App& cmd) {
+  cmd.add_option("--numerics", numerics_text(),
+                 "fp32 (default: fp16 values computed and kept in fp32) or fp16 (rounded to fp16 after every op, "
+                 "as fp16 hardware and --engine reference do)")
+      ->check(CLI::IsMember({"fp32", "fp16"}));
+}
+
+CompileOptions::Numerics numerics_cli() {
+  return numerics_text() == "fp16" ? CompileOptions::Numerics::fp16 : CompileOptions::Numerics::fp32;
+}
+
+
 size_t parse_bytes(const std::string& s) {
   auto bad = [&] { return Error("error: --max-memory expects a size like 512M, 2G or 1048576, got '" + s + "'"); };
   char* end = nullptr;

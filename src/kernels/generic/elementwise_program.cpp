@@ -1,5 +1,6 @@
 #include "kernels/generic/vec_math.h"
 #include "kernels/generic/elementwise_program.h"
+#include "kernels/generic/round_f16.h"
 
 #include <algorithm>
 #include <bit>
@@ -254,6 +255,7 @@ void run_program(const EwProgram& p, const float* const* inputs, float* out, flo
           case EwInstr::Code::Binary: {
             float* d = s.reg < 0 ? dst_out : reg(s.reg);
             binary_block(in.binary, val[in.a], val[in.b], d, m);
+            if (p.round_f16) round_to_f16(d, m);
             val[i] = d;
             break;
           }
@@ -261,6 +263,7 @@ void run_program(const EwProgram& p, const float* const* inputs, float* out, flo
             float* d = s.reg < 0 ? dst_out : reg(s.reg);
             if (has_fast_unary(in.unary)) fast_unary_block(in.unary, val[in.a], d, m, in.alpha, in.beta);
             else unary_f32(in.unary, val[in.a], d, m, in.alpha, in.beta, in.epsilon);
+            if (p.round_f16) round_to_f16(d, m);
             val[i] = d;
             break;
           }

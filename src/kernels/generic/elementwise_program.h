@@ -54,6 +54,9 @@ struct EwProgram {
   int64_t dims[kMaxRank] = {};
   std::vector<std::vector<int64_t>> strides;
   int64_t numel = 0;
+  // Every computed value rounded to fp16 (CompileOptions::numerics fp16):
+  // each instruction rounds as the MIL op it stands for would on fp16 values.
+  bool round_f16 = false;
 
   // Floats of scratch memory run() needs.
   int64_t scratch_floats() const { return int64_t(num_regs) * kEwBlock; }

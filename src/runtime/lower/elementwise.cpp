@@ -1,14 +1,10 @@
 // Lowering of elementwise ops, activations and casts to kernels/generic/elementwise.
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 #include <cmath>
 #include <cstring>
 #include <map>
 
-#include "kernels/cpu_features.h"
 #include "kernels/generic/elementwise.h"
+#include "kernels/generic/round_f16.h"
 #include "milrt/dtype.h"
 #include "runtime/lowering.h"
 
@@ -151,21 +147,6 @@ std::unique_ptr<Step> lower_unary(const Op& op, LowerCtx& ctx) {
 }
 
 // cast: values are rounded to the declared target dtype (e.g. fp16) and kept in storage form.
-// fp32 values rounded to fp16 and back (a cast to fp16 inside an fp32 plan),
-// 8 at a time with F16C.
-#if defined(__x86_64__)
-__attribute__((target("avx,f16c"))) void round_to_f16_f16c(const float* s, float* d, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT)));
-  for (; i < n; ++i) d[i] = f16_to_f32(f32_to_f16(s[i]));
-}
-#else
-// Off x86 cpu_features().f16c is false and this is never called.
-void round_to_f16_f16c(const float* s, float* d, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) d[i] = f16_to_f32(f32_to_f16(s[i]));
-}
-#endif
 
 std::unique_ptr<Step> lower_cast(const Op& op, LowerCtx& ctx) {
   ValueRef x = ctx.input(op, "x"), o = ctx.output(op);
@@ -175,16 +156,13 @@ std::unique_ptr<Step> lower_cast(const Op& op, LowerCtx& ctx) {
   int64_t n = o.numel();
   // Float to float, the common case (fp16 programs cast at their edges): no per-element dispatch.
   if (in_store == DType::FP32 && out_store == DType::FP32 && (target == DType::FP32 || target == DType::FP16)) {
-    static const bool f16c = kernels::cpu_features().f16c;
     return make_step("cast", op, [=](const Frame& f) {
       const float* s = f.at<float>(ix);
       float* d = f.at<float>(io);
       if (target == DType::FP32) {
         if (s != d) std::memmove(d, s, size_t(n) * sizeof(float));
-      } else if (f16c) {
-        round_to_f16_f16c(s, d, n);
       } else {
-        for (int64_t i = 0; i < n; ++i) d[i] = f16_to_f32(f32_to_f16(s[i]));
+        kernels::round_to_f16(s, d, n);  // fp32 values rounded to fp16 and back (F16C)
       }
     });
   }

@@ -104,7 +104,9 @@ std::unique_ptr<Step> lower_fused_elementwise(const Op& op, LowerCtx& ctx) {
   em.emit(expr);
   auto prog = std::make_shared<const kernels::EwProgram>([&] {
     try {
-      return kernels::make_program(em.code, shapes, o.shape);
+      kernels::EwProgram p = kernels::make_program(em.code, shapes, o.shape);
+      p.round_f16 = ctx.fp16_numerics && op.outputs[0].type.dtype == DType::FP16;
+      return p;
     } catch (const Error& e) {
       throw_op_error(op, e.what());
     }
