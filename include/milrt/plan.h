@@ -92,7 +92,8 @@ struct CompileOptions {
   // (transcendentals, reductions, GEMM and conv accumulate in fp32, not fp64).
   // To keep fp16 intermediates visible, the fusions whose kernels compute
   // several ops with fp32 intermediates are left out of `passes`
-  // (fuse-attention, fuse-norms, fuse-gemm-epilogue, fuse-conv-epilogue);
+  // (fuse-attention, fuse-norms, fuse-gemm-epilogue, fuse-conv-epilogue,
+  // fuse-conv-chain);
   // fused elementwise chains stay fused and round after each op. Ops the
   // pipeline itself splits round once more than the reference's single op:
   // linear / 1x1 conv with a bias (canonicalize: matmul, then add) and what

@@ -9,7 +9,7 @@ namespace milrt::rt {
 
 std::vector<std::string> passes_for_fp16(const std::vector<std::string>& passes) {
   static const std::set<std::string> hiding = {"fuse-attention", "fuse-norms", "fuse-gemm-epilogue",
-                                               "fuse-conv-epilogue"};
+                                               "fuse-conv-epilogue", "fuse-conv-chain"};
   std::vector<std::string> r;
   for (const auto& p : passes)
     if (!hiding.count(p)) r.push_back(p);

@@ -12,7 +12,8 @@
 namespace milrt::rt {
 
 // `passes` without the fusions whose kernels compute several fp16 ops in one
-// step with fp32 intermediates (attention, norms, GEMM and conv epilogues).
+// step with fp32 intermediates (attention, norms, GEMM and conv epilogues,
+// conv chains).
 // fuse-elementwise stays: its program rounds after each op (EwProgram::round_f16).
 std::vector<std::string> passes_for_fp16(const std::vector<std::string>& passes);
 
