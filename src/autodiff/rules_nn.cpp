@@ -1,17 +1,20 @@
 // Gradient rules of the nn ops: softmax, rms_norm, layer_norm,
-// scaled_dot_product_attention and conv.
+// scaled_dot_product_attention, milrt_attention and conv.
 //
-// The norms and attention recompute the few forward intermediates their
-// backward needs (the normalized x, the attention probabilities) from the
-// op's inputs instead of asking the forward op for them: those are ordinary
-// ops, so the pass pipeline may fuse them or share them with the forward.
+// The norms recompute the few forward intermediates their backward needs
+// (the normalized x) from the op's inputs instead of asking the forward op
+// for them: those are ordinary ops, so the pass pipeline may fuse them or
+// share them with the forward. Attention's backward is one fused op,
+// milrt_attention_grad, which recomputes the probabilities tile by tile.
 // Conv's gradients are convs themselves: the input's a stride-1 conv of the
 // (zero-dilated, padded) output gradient with the flipped, channel-swapped
 // kernel; the weight's a conv of x against the output gradient with batch
 // and channels swapped (strides and dilations trade places). Everything
 // emitted has a compiled lowering (no conv_transpose, no reverse).
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <optional>
 
 #include "autodiff/rule_util.h"
 #include "milrt/error.h"
@@ -148,48 +151,73 @@ Grads layer_norm_rule(const RuleContext& c) {
   return out;
 }
 
-// ---- scaled_dot_product_attention ---------------------------------------------
+// ---- attention -----------------------------------------------------------------
 
-// Recomputes P = softmax(Q K^T / sqrt(E) + mask) (a bool mask keeps where
-// true), then dV = P^T G, dP = G V^T, dS = softmax'(dP) / sqrt(E),
-// dQ = dS K, dK = dS^T Q, and for a float mask d(mask) = dS summed to its shape.
+// One milrt_attention_grad (the fused FlashAttention-2 style backward: no
+// Tq×Tk matrix is kept from the forward or built here) for `keys`, its
+// gradients summed down to the inputs' shapes (batch dims that broadcast,
+// as grouped-query K and V do).
+Grads fused_attention_grads(const RuleContext& c, const std::array<const char*, 3>& keys, const Operand& scale,
+                            bool causal, const std::optional<Operand>& mask) {
+  std::vector<std::pair<std::string, Operand>> in = {
+      {"q", c.in(keys[0])}, {"k", c.in(keys[1])}, {"v", c.in(keys[2])}, {"o", c.out()}, {"dout", g0(c)}};
+  if (mask) in.push_back({"mask", *mask});
+  in.push_back({"scale", scale});
+  in.push_back({"causal", lit_bool(causal)});
+  std::vector<Value> g =
+      c.b.op_n("milrt_attention_grad", {c.name(keys[0]), c.name(keys[1]), c.name(keys[2])}, in);
+  Grads out;
+  for (size_t i = 0; i < 3; ++i)
+    if (is_var_input(c, keys[i])) out[keys[i]] = sum_to_shape(c, g[i], input_type(c, keys[i]).shape);
+  return out;
+}
+
+// A float mask computed at run time may depend on what is differentiated;
+// the fused backward gives no gradient for it.
+bool mask_needs_grad(const RuleContext& c, const std::string& key) {
+  return c.op.has(key) && input_type(c, key).dtype != DType::Bool && is_var_input(c, key) && !const_input(c, key);
+}
+
+Grads milrt_attention_rule(const RuleContext& c) {
+  if (mask_needs_grad(c, "mask"))
+    throw_op_error(c.op, "gradient rule: milrt_attention's mask must be a constant or bool");
+  Operand scale = c.op.has("scale") ? Operand(*c.op.arg("scale")) : Operand(lit_f32(1.0));
+  std::optional<Operand> mask;
+  if (c.op.has("mask")) mask = Operand(*c.op.arg("mask"));
+  return fused_attention_grads(c, {"q", "k", "v"}, scale, bool_or(c, "causal", false), mask);
+}
+
+// With a constant or bool mask the fused backward; with a float mask that
+// needs its own gradient, op by op: P = softmax(Q K^T / sqrt(E) + mask)
+// recomputed, dV = P^T G, dP = G V^T, dS = softmax'(dP) / sqrt(E),
+// dQ = dS K, dK = dS^T Q, d(mask) = dS summed to its shape.
 Grads sdpa_rule(const RuleContext& c) {
   const Type qt = input_type(c, "query");
   const DType dt = qt.dtype;
   const int64_t E = qt.shape.back();
   const double scale = 1.0 / std::sqrt(double(E));
+  if (!mask_needs_grad(c, "attn_mask")) {
+    std::optional<Operand> mask;
+    if (c.op.has("attn_mask")) mask = Operand(*c.op.arg("attn_mask"));
+    return fused_attention_grads(c, {"query", "key", "value"}, lit_f32(scale), false, mask);
+  }
   Value q = c.in("query"), k = c.in("key"), v = c.in("value");
   Value g = g0(c);
   Value s = c.emit("matmul", "scores", {{"x", q}, {"y", k}, {"transpose_x", lit_bool(false)}, {"transpose_y", lit_bool(true)}});
   s = mul(c, s, scalar_of(dt, scale), "scores");
-  bool float_mask = false;
-  if (c.op.has("attn_mask")) {
-    Operand mask(*c.op.arg("attn_mask"));
-    if (input_type(c, "attn_mask").dtype == DType::Bool) {
-      // Masked scores far below any kept one: exp() of them underflows to 0,
-      // as the forward's -inf does.
-      double low = dt == DType::FP16 ? -65504.0 : -3.0e38;
-      s = c.emit("select", "masked", {{"cond", mask}, {"a", s}, {"b", scalar_of(dt, low)}});
-    } else {
-      float_mask = true;
-      s = add(c, s, mask, "masked");
-    }
-  }
+  s = add(c, s, Operand(*c.op.arg("attn_mask")), "masked");
   const int64_t last = int64_t(qt.shape.size()) - 1;
   Value p = c.emit("softmax", "probs", {{"x", s}, {"axis", lit_i32(last)}});
   Grads out;
   if (is_var_input(c, "value"))
     out["value"] = c.emit("matmul", "value", {{"x", p}, {"y", g}, {"transpose_x", lit_bool(true)}, {"transpose_y", lit_bool(false)}});
-  const bool want_q = is_var_input(c, "query"), want_k = is_var_input(c, "key");
-  const bool want_mask = float_mask && is_var_input(c, "attn_mask");
-  if (!want_q && !want_k && !want_mask) return out;
   Value dp = c.emit("matmul", "dprobs", {{"x", g}, {"y", v}, {"transpose_x", lit_bool(false)}, {"transpose_y", lit_bool(true)}});
   Value ds = softmax_backward(c, dp, p, last, "dscores");
-  if (want_mask) out["attn_mask"] = sum_to_shape(c, ds, input_type(c, "attn_mask").shape);
+  out["attn_mask"] = sum_to_shape(c, ds, input_type(c, "attn_mask").shape);
   Value dss = mul(c, ds, scalar_of(dt, scale), "dscores_scaled");
-  if (want_q)
+  if (is_var_input(c, "query"))
     out["query"] = c.emit("matmul", "query", {{"x", dss}, {"y", k}, {"transpose_x", lit_bool(false)}, {"transpose_y", lit_bool(false)}});
-  if (want_k)
+  if (is_var_input(c, "key"))
     out["key"] = c.emit("matmul", "key", {{"x", dss}, {"y", q}, {"transpose_x", lit_bool(true)}, {"transpose_y", lit_bool(false)}});
   return out;
 }
@@ -367,6 +395,7 @@ void register_nn_grad_rules() {
   register_grad_rule("rms_norm", rms_norm_rule);
   register_grad_rule("layer_norm", layer_norm_rule);
   register_grad_rule("scaled_dot_product_attention", sdpa_rule);
+  register_grad_rule("milrt_attention", milrt_attention_rule);
   register_grad_rule("conv", conv_rule);
 }
 

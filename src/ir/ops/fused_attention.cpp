@@ -8,7 +8,14 @@
 //       batch dims broadcast. mask: additive float, or bool (true = keep),
 //       broadcastable to [..., Tq, Tk]. causal: query i sees keys
 //       j <= i + (Tk - Tq).
-// Both carry `fused_from` (a string: the output names of the ops replaced).
+//   milrt_attention_grad(q, k, v, o, dout, mask?, scale, causal) -> dq, dk, dv
+//       the gradients of milrt_attention's o (the same q, k, v, mask,
+//       scale, causal) given dout = ∂loss/∂o; o must be that forward's
+//       output. Each has the broadcast batch dims ([..., Tq, D],
+//       [..., Tk, D], [..., Tk, Dv]): a gradient rule sums them down to
+//       the inputs' shapes. Made by the autodiff rules of milrt_attention and
+//       scaled_dot_product_attention.
+// All carry `fused_from` (a string: the output names of the ops replaced).
 #include "ir/op_registry.h"
 
 namespace milrt {
@@ -93,6 +100,22 @@ void infer_attention(InferCtx& c) {
   c.set_out(Type::tensor(c.dtype("q"), out));
 }
 
+void infer_attention_grad(InferCtx& c) {
+  infer_attention(c);
+  const Type o = c.out.at(0);
+  for (const char* key : {"o", "dout"})
+    if (c.type(key) != o) c.fail("input '" + std::string(key) + "' must be " + o.str() + ", got " + c.type(key).str());
+  Shape batch(o.shape.begin(), o.shape.end() - 2);
+  auto grad_of = [&](const char* key) {
+    const Shape& s = c.shape(key);
+    Shape g = batch;
+    g.push_back(s[s.size() - 2]);
+    g.push_back(s[s.size() - 1]);
+    return Type::tensor(o.dtype, g);
+  };
+  c.out = {grad_of("q"), grad_of("k"), grad_of("v")};
+}
+
 }  // namespace
 
 void register_fused_attention_ops() {
@@ -101,6 +124,10 @@ void register_fused_attention_ops() {
   register_op({"milrt_attention",
                {{"q"}, {"k"}, {"v"}, {"mask", false}, {"scale", false}, {"causal", false}, {"fused_from", false}},
                1, 1, infer_attention});
+  register_op({"milrt_attention_grad",
+               {{"q"}, {"k"}, {"v"}, {"o"}, {"dout"}, {"mask", false}, {"scale", false}, {"causal", false},
+                {"fused_from", false}},
+               3, 3, infer_attention_grad});
 }
 
 }  // namespace milrt

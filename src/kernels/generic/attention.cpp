@@ -24,11 +24,12 @@ struct Scratch {
   float* l;     // [kBlockQ] running row sums
 };
 
-// Adds the mask and the causal limit to the score rows [i0, i0 + bq) × [j0, j0 + bk).
-void mask_tile(float* s, int64_t i0, int64_t bq, int64_t j0, int64_t bk, const AttentionShape& sh,
-               const AttentionMask& mask) {
+}  // namespace
+
+void attention_mask_tile(float* s, int64_t ld, int64_t i0, int64_t bq, int64_t j0, int64_t bk, const AttentionShape& sh,
+                         const AttentionMask& mask) {
   for (int64_t r = 0; r < bq; ++r) {
-    float* row = s + r * kTileK;
+    float* row = s + r * ld;
     int64_t i = i0 + r;
     if (mask.kind == AttentionMaskKind::additive) {
       const float* mrow = static_cast<const float*>(mask.data) + i * mask.row_stride + j0 * mask.col_stride;
@@ -47,8 +48,6 @@ void mask_tile(float* s, int64_t i0, int64_t bq, int64_t j0, int64_t bk, const A
     }
   }
 }
-
-}  // namespace
 
 size_t attention_scratch_floats(const AttentionShape&) { return size_t(kBlockQ * kTileK + 2 * kBlockQ); }
 
@@ -74,7 +73,7 @@ void attention_f32(const float* q, const float* k, const float* v, float* o, con
       if (mask.kind != AttentionMaskKind::none || causal_cut) {
         AttentionShape cut = sh;
         cut.causal = causal_cut;
-        mask_tile(sc.s, i0, bq, j0, bk, cut, mask);
+        attention_mask_tile(sc.s, kTileK, i0, bq, j0, bk, cut, mask);
       }
       for (int64_t r = 0; r < bq; ++r) {
         float* row = sc.s + r * kTileK;

@@ -35,6 +35,12 @@ struct AttentionShape {
   bool causal = false;
 };
 
+// Adds the mask and, when s.causal, the causal limit (-inf) to the scores of
+// queries [i0, i0 + bq) × keys [j0, j0 + bk), stored in rows `ld` apart.
+// Shared with the backward kernel so both see exactly the same scores.
+void attention_mask_tile(float* s, int64_t ld, int64_t i0, int64_t bq, int64_t j0, int64_t bk, const AttentionShape& sh,
+                         const AttentionMask& mask);
+
 // fp32 elements of scratch attention_f32 needs for `s` (allocate once, reuse).
 size_t attention_scratch_floats(const AttentionShape& s);
 

@@ -71,6 +71,21 @@ MILRT_MULTIVERSION void scale_row_f32(float* x, int64_t n, float s) {
   for (int64_t j = 0; j < n; ++j) x[j] *= s;
 }
 
+MILRT_MULTIVERSION float dot_row_f32(const float* a, const float* b, int64_t n) {
+  float acc[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) acc[l] += a[j + l] * b[j + l];
+  float s = 0;
+  for (; j < n; ++j) s += a[j] * b[j];
+  for (float x : acc) s += x;
+  return s;
+}
+
+MILRT_MULTIVERSION void softmax_grad_row_f32(const float* p, float* g, int64_t n, float d) {
+  for (int64_t j = 0; j < n; ++j) g[j] = p[j] * (g[j] - d);
+}
+
 MILRT_MULTIVERSION void scaled_masked_softmax_f32(const float* x, float* y, int64_t outer, int64_t n, int64_t inner,
                                                   float scale, const SoftmaxMask& mask) {
   if (inner == 1) {

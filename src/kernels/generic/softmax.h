@@ -29,5 +29,9 @@ float row_max_f32(const float* x, int64_t n);
 float exp_shift_sum_f32(float* x, int64_t n, float m);
 // x[j] *= s for j in [0, n).
 void scale_row_f32(float* x, int64_t n, float s);
+// Σ a[j]·b[j] over [0, n).
+float dot_row_f32(const float* a, const float* b, int64_t n);
+// g[j] = p[j]·(g[j] − d): softmax's Jacobian applied to g, d = Σ p·g.
+void softmax_grad_row_f32(const float* p, float* g, int64_t n, float d);
 
 }  // namespace milrt::kernels

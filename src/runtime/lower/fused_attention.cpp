@@ -1,14 +1,17 @@
-// Lowering of milrt_softmax, milrt_attention and scaled_dot_product_attention
-// onto kernels/generic/softmax.h and kernels/generic/attention.h.
+// Lowering of milrt_softmax, milrt_attention, milrt_attention_grad and
+// scaled_dot_product_attention onto kernels/generic/softmax.h, attention.h
+// and attention_backward.h.
 //
 // Broadcasting is resolved here once: per output batch the element offsets
 // of q, k, v and the mask, and for milrt_softmax the mask offset of every
-// line. The attention kernel's scratch is allocated here, once per step.
+// line. The attention kernels run one (batch, head) slice per thread, each
+// with a per-thread scratch buffer that only grows.
 #include <cmath>
 #include <memory>
 #include <vector>
 
 #include "kernels/generic/attention.h"
+#include "kernels/generic/attention_backward.h"
 #include "kernels/generic/softmax.h"
 #include "runtime/lowering.h"
 
@@ -79,52 +82,111 @@ struct AttentionInputs {
   const char *q, *k, *v, *mask;
 };
 
-std::unique_ptr<Step> lower_attention_with(const Op& op, LowerCtx& ctx, const AttentionInputs& keys, float scale,
-                                           bool causal) {
-  ValueRef q = ctx.input(op, keys.q), k = ctx.input(op, keys.k), v = ctx.input(op, keys.v), o = ctx.output(op);
+// Shapes and per-batch element offsets of an attention op's operands, the
+// batch being `batch` (the output's leading dims).
+struct AttentionGeom {
+  kernels::AttentionShape sh;
+  kernels::AttentionMask mask;  // kind and strides; data set per batch at run time
+  int iq = -1, ik = -1, iv = -1, im = -1;
+  size_t mask_elem = sizeof(float);
+  std::vector<int64_t> qo, ko, vo, mo;
+
+  const kernels::AttentionMask& mask_at(const Frame& f, size_t b, kernels::AttentionMask& mk) const {
+    mk = mask;
+    if (im >= 0) mk.data = static_cast<const char*>(f.ptr[size_t(im)]) + size_t(mo[b]) * mask_elem;
+    return mk;
+  }
+};
+
+AttentionGeom attention_geom(const Op& op, LowerCtx& ctx, const AttentionInputs& keys, float scale, bool causal,
+                             const Shape& batch) {
+  ValueRef q = ctx.input(op, keys.q), k = ctx.input(op, keys.k), v = ctx.input(op, keys.v);
   if (q.shape.size() < 2 || k.shape.size() < 2 || v.shape.size() < 2)
     throw_op_error(op, "q, k and v must have rank >= 2");
   auto back = [](const Shape& s, size_t i) { return s[s.size() - i]; };
-  kernels::AttentionShape sh{back(q.shape, 2), back(k.shape, 2), back(q.shape, 1), back(v.shape, 1), scale, causal};
-  if (back(k.shape, 1) != sh.d || back(v.shape, 2) != sh.tk)
+  AttentionGeom g;
+  g.sh = {back(q.shape, 2), back(k.shape, 2), back(q.shape, 1), back(v.shape, 1), scale, causal};
+  if (back(k.shape, 1) != g.sh.d || back(v.shape, 2) != g.sh.tk)
     throw_op_error(op, "k must be [..., Tk, D] and v [..., Tk, Dv] for q [..., Tq, D]");
-  Shape batch(o.shape.begin(), o.shape.end() - 2);
   auto offsets_of = [&](const ValueRef& x, const char* what) {
     Shape target = batch;
     target.push_back(back(x.shape, 2));
     target.push_back(back(x.shape, 1));
     return batch_offsets(batch, bcast_strides(op, x.shape, target, what));
   };
-  std::vector<int64_t> qo = offsets_of(q, "q"), ko = offsets_of(k, "k"), vo = offsets_of(v, "v"), mo;
-  kernels::AttentionMask mask;
-  int im = -1;
+  g.qo = offsets_of(q, "q"), g.ko = offsets_of(k, "k"), g.vo = offsets_of(v, "v");
+  g.iq = q.id, g.ik = k.id, g.iv = v.id;
   if (ctx.has(op, keys.mask)) {
     ValueRef m = ctx.input(op, keys.mask);
-    im = m.id;
+    g.im = m.id;
     Shape scores = batch;
-    scores.push_back(sh.tq);
-    scores.push_back(sh.tk);
+    scores.push_back(g.sh.tq);
+    scores.push_back(g.sh.tk);
     std::vector<int64_t> st = bcast_strides(op, m.shape, scores, "mask");
-    mask.kind = m.dtype == DType::Bool ? kernels::AttentionMaskKind::keep : kernels::AttentionMaskKind::additive;
-    mask.row_stride = st[st.size() - 2];
-    mask.col_stride = st[st.size() - 1];
-    mo = batch_offsets(batch, st);
+    g.mask.kind = m.dtype == DType::Bool ? kernels::AttentionMaskKind::keep : kernels::AttentionMaskKind::additive;
+    g.mask.row_stride = st[st.size() - 2];
+    g.mask.col_stride = st[st.size() - 1];
+    g.mo = batch_offsets(batch, st);
+    if (g.mask.kind == kernels::AttentionMaskKind::keep) g.mask_elem = 1;
   }
-  auto scratch = std::make_shared<std::vector<float>>(kernels::attention_scratch_floats(sh));
-  int iq = q.id, ik = k.id, iv = v.id, io = o.id;
-  size_t elem = im >= 0 && mask.kind == kernels::AttentionMaskKind::keep ? 1 : sizeof(float);
-  const int64_t out_step = sh.tq * sh.dv;
+  return g;
+}
+
+// Both products over every score (a causal kernel skips about half of them).
+double attention_flops(const AttentionGeom& g) {
+  return 2.0 * double(g.qo.size()) * double(g.sh.tq) * double(g.sh.tk) * double(g.sh.d + g.sh.dv);
+}
+
+std::unique_ptr<Step> lower_attention_with(const Op& op, LowerCtx& ctx, const AttentionInputs& keys, float scale,
+                                           bool causal) {
+  ValueRef o = ctx.output(op);
+  auto g = std::make_shared<AttentionGeom>(
+      attention_geom(op, ctx, keys, scale, causal, Shape(o.shape.begin(), o.shape.end() - 2)));
+  const int io = o.id;
+  const size_t scratch_floats = kernels::attention_scratch_floats(g->sh);
   auto step = make_step("attention", op, [=](const Frame& f) {
-    const float *pq = f.at<float>(iq), *pk = f.at<float>(ik), *pv = f.at<float>(iv);
+    const float *pq = f.at<float>(g->iq), *pk = f.at<float>(g->ik), *pv = f.at<float>(g->iv);
     float* po = f.at<float>(io);
-    kernels::AttentionMask mk = mask;
-    for (size_t b = 0; b < qo.size(); ++b) {
-      if (im >= 0) mk.data = static_cast<const char*>(f.ptr[size_t(im)]) + size_t(mo[b]) * elem;
-      kernels::attention_f32(pq + qo[b], pk + ko[b], pv + vo[b], po + int64_t(b) * out_step, sh, mk, scratch->data());
-    }
+    // Heads on threads: one head's tiles are too small for the GEMM's own threads.
+    kernels::for_each_attention_slice(int64_t(g->qo.size()), [&](int64_t b) {
+      kernels::AttentionMask mk;
+      kernels::attention_f32(pq + g->qo[size_t(b)], pk + g->ko[size_t(b)], pv + g->vo[size_t(b)],
+                             po + b * g->sh.tq * g->sh.dv, g->sh, g->mask_at(f, size_t(b), mk),
+                             kernels::attention_thread_scratch(scratch_floats));
+    });
   });
-  // Both products over every score (a causal kernel skips about half of them).
-  step->info.flops = 2.0 * double(qo.size()) * double(sh.tq) * double(sh.tk) * double(sh.d + sh.dv);
+  step->info.flops = attention_flops(*g);
+  return step;
+}
+
+// dq, dk, dv of every batch (the broadcast one: outputs are not summed over
+// broadcast dims here, so no two slices write the same rows).
+std::unique_ptr<Step> lower_milrt_attention_grad(const Op& op, LowerCtx& ctx) {
+  ValueRef dq = ctx.output(op, 0), dk = ctx.output(op, 1), dv = ctx.output(op, 2);
+  auto g = std::make_shared<AttentionGeom>(
+      attention_geom(op, ctx, {"q", "k", "v", "mask"}, float(ctx.const_float(op, "scale", 1.0)),
+                     ctx.const_bool(op, "causal", false), Shape(dq.shape.begin(), dq.shape.end() - 2)));
+  ValueRef o = ctx.input(op, "o"), dout = ctx.input(op, "dout");
+  if (o.shape != dout.shape || shape_numel(o.shape) != int64_t(g->qo.size()) * g->sh.tq * g->sh.dv)
+    throw_op_error(op, "o and dout must have the forward's output shape");
+  const int io = o.id, idout = dout.id, idq = dq.id, idk = dk.id, idv = dv.id;
+  auto step = make_step("attention_grad", op, [=](const Frame& f) {
+    const kernels::AttentionShape& sh = g->sh;
+    const float *pq = f.at<float>(g->iq), *pk = f.at<float>(g->ik), *pv = f.at<float>(g->iv);
+    const float *po = f.at<float>(io), *pdo = f.at<float>(idout);
+    float *pdq = f.at<float>(idq), *pdk = f.at<float>(idk), *pdv = f.at<float>(idv);
+    kernels::for_each_attention_slice(int64_t(g->qo.size()), [&](int64_t b) {
+      kernels::AttentionMask mk;
+      kernels::attention_backward_f32(pq + g->qo[size_t(b)], pk + g->ko[size_t(b)], pv + g->vo[size_t(b)],
+                                      po + b * sh.tq * sh.dv, pdo + b * sh.tq * sh.dv, nullptr,
+                                      pdq + b * sh.tq * sh.d, pdk + b * sh.tk * sh.d, pdv + b * sh.tk * sh.dv, sh,
+                                      g->mask_at(f, size_t(b), mk));
+    });
+  });
+  // The four products the op-by-op backward does (Pᵀ·dO, dO·Vᵀ, dS·K,
+  // dSᵀ·Q); recomputing Q·Kᵀ (twice, with the log-sum-exp pass) is not
+  // counted as useful work.
+  step->info.flops = 2 * attention_flops(*g);
   return step;
 }
 
@@ -146,6 +208,7 @@ std::unique_ptr<Step> lower_sdpa(const Op& op, LowerCtx& ctx) {
 void register_fused_attention_lowerings() {
   register_lowering("milrt_softmax", lower_milrt_softmax);
   register_lowering("milrt_attention", lower_milrt_attention);
+  register_lowering("milrt_attention_grad", lower_milrt_attention_grad);
   register_lowering("scaled_dot_product_attention", lower_sdpa);
 }
 

@@ -1,0 +1,148 @@
+#include "kernels/generic/attention_backward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <omp.h>
+
+#include "kernels/gemm.h"
+#include "kernels/generic/softmax.h"
+#include "kernels/threads.h"
+#include "milrt/error.h"
+
+namespace milrt::kernels {
+namespace {
+
+// A key block's dK and dV rows (64 × D each) stay in L1 while the query
+// blocks stream past; two 64 × 64 tiles (P and dP, 16 KiB each) beside them.
+constexpr int64_t kBlockQ = 64;
+constexpr int64_t kBlockK = 64;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Query i's last visible key is i + offset; rows of a tile need a cut when
+// its last key lies past its first query's limit.
+bool tile_cut(const AttentionShape& sh, int64_t i0, int64_t j0, int64_t bk) {
+  return sh.causal && j0 + bk - 1 > i0 + (sh.tk - sh.tq);
+}
+
+// S = scale·Q_i·K_jᵀ for queries [i0, i0 + bq) and keys [j0, j0 + bk) into
+// rows kBlockK apart, masked.
+void scores_tile(const float* q, const float* k, float* s, int64_t i0, int64_t bq, int64_t j0, int64_t bk,
+                 const AttentionShape& sh, const AttentionMask& mask) {
+  gemm(bq, bk, sh.d, MatrixRef{q + i0 * sh.d, ElemType::f32, sh.d, false},
+       MatrixRef{k + j0 * sh.d, ElemType::f32, sh.d, true}, OutputRef{s, ElemType::f32, kBlockK},
+       Epilogue{.alpha = sh.scale});
+  const bool cut = tile_cut(sh, i0, j0, bk);
+  if (mask.kind != AttentionMaskKind::none || cut) {
+    AttentionShape c = sh;
+    c.causal = cut;
+    attention_mask_tile(s, kBlockK, i0, bq, j0, bk, c, mask);
+  }
+}
+
+// The last key (exclusive) any query of [i0, i0 + bq) sees.
+int64_t key_end(const AttentionShape& sh, int64_t i0, int64_t bq) {
+  return sh.causal ? std::clamp<int64_t>(i0 + bq + (sh.tk - sh.tq), 0, sh.tk) : sh.tk;
+}
+
+// lse of every query row by an online pass over the keys (running maximum m
+// and sum l, as the forward keeps them).
+void row_lse(const float* q, const float* k, float* lse, float* s, float* l, const AttentionShape& sh,
+             const AttentionMask& mask) {
+  for (int64_t i0 = 0; i0 < sh.tq; i0 += kBlockQ) {
+    const int64_t bq = std::min(kBlockQ, sh.tq - i0);
+    float* m = lse + i0;
+    std::fill(m, m + bq, kNegInf);
+    std::fill(l, l + bq, 0.0f);
+    const int64_t kend = key_end(sh, i0, bq);
+    for (int64_t j0 = 0; j0 < kend; j0 += kBlockK) {
+      const int64_t bk = std::min(kBlockK, kend - j0);
+      scores_tile(q, k, s, i0, bq, j0, bk, sh, mask);
+      for (int64_t r = 0; r < bq; ++r) {
+        float* row = s + r * kBlockK;
+        const float m_new = std::max(m[r], row_max_f32(row, bk));
+        if (m_new == kNegInf) continue;
+        l[r] = l[r] * std::exp(m[r] - m_new) + exp_shift_sum_f32(row, bk, m_new);
+        m[r] = m_new;
+      }
+    }
+    for (int64_t r = 0; r < bq; ++r) m[r] = l[r] > 0 ? m[r] + std::log(l[r]) : kNegInf;
+  }
+}
+
+}  // namespace
+
+float* attention_thread_scratch(size_t floats) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < floats) buf.resize(floats);
+  return buf.data();
+}
+
+void for_each_attention_slice(int64_t n, const std::function<void(int64_t)>& body) {
+  const int threads = omp_in_parallel() ? 1 : int(std::min<int64_t>(n, num_threads()));
+  if (threads <= 1) {
+    for (int64_t b = 0; b < n; ++b) body(b);
+    return;
+  }
+  // Slices differ in cost only through their masks; dynamic evens that out.
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+  for (int64_t b = 0; b < n; ++b) body(b);
+}
+
+void attention_backward_f32(const float* q, const float* k, const float* v, const float* o, const float* dout,
+                            const float* lse_in, float* dq, float* dk, float* dv, const AttentionShape& sh,
+                            const AttentionMask& mask) {
+  if (sh.tq < 0 || sh.tk < 0 || sh.d < 0 || sh.dv < 0) throw Error("attention backward: negative size");
+  std::fill(dq, dq + sh.tq * sh.d, 0.0f);
+  std::fill(dk, dk + sh.tk * sh.d, 0.0f);
+  std::fill(dv, dv + sh.tk * sh.dv, 0.0f);
+  if (sh.tq == 0 || sh.tk == 0) return;
+
+  const size_t tile = size_t(kBlockQ * kBlockK);
+  float* s = attention_thread_scratch(2 * tile + 2 * size_t(sh.tq) + size_t(kBlockQ));
+  float* dp = s + tile;
+  float* drow = dp + tile;          // [Tq] D_i
+  float* lse_own = drow + sh.tq;    // [Tq]
+  float* l = lse_own + sh.tq;       // [kBlockQ]
+  const float* lse = lse_in;
+  if (!lse) {
+    row_lse(q, k, lse_own, s, l, sh, mask);
+    lse = lse_own;
+  }
+  for (int64_t i = 0; i < sh.tq; ++i) drow[i] = dot_row_f32(dout + i * sh.dv, o + i * sh.dv, sh.dv);
+
+  const int64_t offset = sh.tk - sh.tq;
+  for (int64_t j0 = 0; j0 < sh.tk; j0 += kBlockK) {
+    const int64_t bk = std::min(kBlockK, sh.tk - j0);
+    // Causal: queries before j0 − offset see none of these keys.
+    int64_t istart = sh.causal ? std::max<int64_t>(j0 - offset, 0) / kBlockQ * kBlockQ : 0;
+    float* dkb = dk + j0 * sh.d;
+    float* dvb = dv + j0 * sh.dv;
+    for (int64_t i0 = istart; i0 < sh.tq; i0 += kBlockQ) {
+      const int64_t bq = std::min(kBlockQ, sh.tq - i0);
+      scores_tile(q, k, s, i0, bq, j0, bk, sh, mask);
+      for (int64_t r = 0; r < bq; ++r) {
+        float* row = s + r * kBlockK;
+        if (lse[i0 + r] == kNegInf) std::fill(row, row + bk, 0.0f);  // the row sees no key
+        else exp_shift_sum_f32(row, bk, lse[i0 + r]);
+      }
+      const float* dob = dout + i0 * sh.dv;
+      gemm(bk, sh.dv, bq, MatrixRef{s, ElemType::f32, kBlockK, true}, MatrixRef{dob, ElemType::f32, sh.dv, false},
+           OutputRef{dvb, ElemType::f32, sh.dv}, Epilogue{.residual = dvb, .residual_type = ElemType::f32, .residual_ld = sh.dv});
+      gemm(bq, bk, sh.dv, MatrixRef{dob, ElemType::f32, sh.dv, false},
+           MatrixRef{v + j0 * sh.dv, ElemType::f32, sh.dv, true}, OutputRef{dp, ElemType::f32, kBlockK});
+      for (int64_t r = 0; r < bq; ++r) softmax_grad_row_f32(s + r * kBlockK, dp + r * kBlockK, bk, drow[i0 + r]);
+      float* dqb = dq + i0 * sh.d;
+      gemm(bq, sh.d, bk, MatrixRef{dp, ElemType::f32, kBlockK, false}, MatrixRef{k + j0 * sh.d, ElemType::f32, sh.d, false},
+           OutputRef{dqb, ElemType::f32, sh.d},
+           Epilogue{.alpha = sh.scale, .residual = dqb, .residual_type = ElemType::f32, .residual_ld = sh.d});
+      gemm(bk, sh.d, bq, MatrixRef{dp, ElemType::f32, kBlockK, true}, MatrixRef{q + i0 * sh.d, ElemType::f32, sh.d, false},
+           OutputRef{dkb, ElemType::f32, sh.d},
+           Epilogue{.alpha = sh.scale, .residual = dkb, .residual_type = ElemType::f32, .residual_ld = sh.d});
+    }
+  }
+}
+
+}  // namespace milrt::kernels

@@ -1,0 +1,43 @@
+// Fused attention backward for one (batch, head) slice, FlashAttention-2
+// style: the gradients of
+//
+//   O = softmax(scale·Q·Kᵀ + mask [+ causal]) · V
+//
+// with respect to Q, K and V, given O and dO = ∂loss/∂O. With
+// lse_i = log Σ_j exp(s_ij) (the forward's row log-sum-exp) and
+// D_i = Σ_c dO_ic·O_ic, each (query block, key block) tile recomputes
+// P = exp(S − lse) and accumulates
+//
+//   dV += Pᵀ·dO,   dS = P ∘ (dO·Vᵀ − D),   dQ += scale·dS·K,   dK += scale·dSᵀ·Q
+//
+// so no Tq×Tk matrix exists. Shapes, masks and the causal convention (query
+// i sees keys j <= i + Tk − Tq) are the forward's (attention.h); tiles wholly
+// above the causal line are skipped. A query row that sees no key has a NaN
+// output in the forward; here it contributes nothing (its dQ row is 0).
+#pragma once
+#include <functional>
+
+#include "kernels/generic/attention.h"
+
+namespace milrt::kernels {
+
+// q [Tq, D], k [Tk, D], v [Tk, Dv], o and dout [Tq, Dv]; writes dq [Tq, D],
+// dk [Tk, D], dv [Tk, Dv] (overwritten, not accumulated). `lse` [Tq] is the
+// forward's row log-sum-exp of the masked, scaled scores; null: recomputed
+// here (one more Q·Kᵀ pass). Throws milrt::Error for negative sizes. Uses a
+// per-thread scratch buffer that only grows, and the GEMM's; serial (callers
+// run slices on different threads).
+void attention_backward_f32(const float* q, const float* k, const float* v, const float* o, const float* dout,
+                            const float* lse, float* dq, float* dk, float* dv, const AttentionShape& s,
+                            const AttentionMask& mask);
+
+// Runs body(slice) for every slice in [0, n) on up to num_threads() OpenMP
+// threads (serially inside a parallel region). Each slice is computed whole
+// by one thread, so results do not depend on the thread count; body must not
+// throw.
+void for_each_attention_slice(int64_t n, const std::function<void(int64_t slice)>& body);
+
+// A per-thread fp32 buffer of at least `floats` elements that only grows.
+float* attention_thread_scratch(size_t floats);
+
+}  // namespace milrt::kernels
