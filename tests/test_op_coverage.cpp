@@ -580,6 +580,14 @@ std::map<std::string, Case> cases() {
                         {"bias", g.constant({cout})}, {"pad_type", lit_str("same")},
                         {"activation", lit_str(acts[g.pick(0, 3)])}});
   });
+  t["milrt_conv_chain"] = custom(kF, [](Gen& g) {
+    const char* acts[] = {"none", "relu", "sigmoid", "silu"};
+    int64_t c0 = g.pick(1, 3), c1 = g.pick(1, 4), c2 = g.pick(1, 3);
+    g.op("milrt_conv_chain", {{"x", g.input({2, c0, g.pick(1, 6)})},
+                              {"weights", tuple({g.constant({c1, c0, 1}), g.constant({c2, c1, 1})})},
+                              {"biases", tuple({g.constant({c1}), g.constant({c2})})},
+                              {"activations", lit_str(std::string(acts[g.pick(0, 3)]) + " " + acts[g.pick(0, 3)])}});
+  });
   t["milrt_rms_norm"] = custom(kF, [](Gen& g) {
     Shape s = g.shape(3);
     g.op("milrt_rms_norm", {{"x", g.input(s)}, {"gamma", g.constant({s[2]})}, {"axes", lit_i32s({-1})},

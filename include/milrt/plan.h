@@ -50,7 +50,7 @@ namespace milrt {
 struct CompileOptions {
   std::string function = "main";
   // Pass pipeline run before lowering (names as in `milrt opt --list`).
-  std::vector<std::string> passes = {"legalize-layout-idioms", "fuse-quantized-weights", "fold-constexpr",
+  std::vector<std::string> passes = {"legalize-layout-idioms", "fuse-quantized-weights", "fold-constexpr", "fuse-conv-chain",
                                      "canonicalize", "decompose", "sink-reshapes", "cse", "dce", "fuse-attention",
                                      "fuse-norms", "fuse-gemm-epilogue", "fuse-conv-epilogue", "fuse-elementwise",
                                      "dce", "schedule"};

@@ -102,6 +102,7 @@ void register_fused_gemm_ops();         // milrt_gemm
 void register_fused_attention_ops();    // milrt_softmax, milrt_attention
 void register_fused_norm_ops();         // milrt_rms_norm
 void register_fused_conv_ops();         // milrt_conv
+void register_conv_chain_ops();         // milrt_conv_chain
 
 // Calls every register_*_ops() once.
 void ensure_ops_registered();

@@ -17,6 +17,7 @@ void fuse_attention(Program& p);           // fuse_attention.cpp
 void fuse_norms(Program& p);               // fuse_norms.cpp
 void fuse_gemm_epilogue(Program& p);       // fuse_gemm_epilogue.cpp
 void fuse_conv_epilogue(Program& p);       // fuse_conv_epilogue.cpp
+void fuse_conv_chain(Program& p);          // fuse_conv_chain.cpp
 void fuse_elementwise(Program& p);         // fuse_elementwise.cpp
 void schedule(Program& p);                 // schedule.cpp
 

@@ -33,6 +33,8 @@ const std::vector<PassInfo>& all_passes() {
        passes::fuse_gemm_epilogue},
       {"fuse-conv-epilogue", "conv with its bias and activation (relu, clip, sigmoid, silu) into milrt_conv",
        passes::fuse_conv_epilogue},
+      {"fuse-conv-chain", "chains of 1x1 convs with their epilogues into one milrt_conv_chain, computed in cache-sized "
+                          "tiles (runs before canonicalize, which makes 1x1 convs matmuls)", passes::fuse_conv_chain},
       {"fuse-elementwise", "chains of elementwise ops into one milrt_elementwise loop", passes::fuse_elementwise},
       {"schedule", "order ops for execution: topological, each op as late as its first consumer allows",
        passes::schedule},
