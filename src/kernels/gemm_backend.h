@@ -1,13 +1,13 @@
 // Which implementation runs a plan's GEMM: milrt's own kernels (gemm.h) or
-// oneDNN (onednn/onednn_gemm.h). Chosen once per GEMM at plan compilation by
-// a fixed rule derived from recorded measurements (`milrt bench kernels`), not
-// by timing at compile time: a plan's results must not depend on how busy the
-// machine was when it was compiled.
+// oneDNN (onednn/onednn_gemm.h). Chosen once per GEMM at plan compilation:
+// by measurement (gemm_tuning.h, MILRT_TUNE=on, the default), else by the
+// fixed rule below (MILRT_TUNE=off, a cache miss under readonly, and
+// CompileOptions::deterministic, which always takes the own kernels).
 //
-// Today the rule picks the own kernels everywhere (gemm_backend.cpp says why).
-// MILRT_GEMM=own|onednn|auto (default auto) overrides the rule: `own` never
-// uses oneDNN; `onednn` uses it wherever it has a primitive. Forcing onednn in
-// a build without oneDNN is an error.
+// The rule picks the own kernels everywhere (gemm_backend.cpp says why).
+// MILRT_GEMM=own|onednn|auto (default auto) overrides both rule and tuning:
+// `own` never uses oneDNN; `onednn` uses it wherever it has a primitive.
+// Forcing onednn in a build without oneDNN is an error.
 #pragma once
 #include <cstdint>
 #include <optional>

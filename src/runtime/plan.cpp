@@ -27,6 +27,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/generic/copy.h"
 #include "kernels/generic/round_f16.h"
+#include "kernels/gemm_tuning.h"
 
 namespace milrt {
 namespace rt {
@@ -712,6 +713,16 @@ uint32_t Plan::trace_thread_id() {
   return id;
 }
 
+static kernels::TuneMode gemm_tune_mode(CompileOptions::Tune t) {
+  switch (t) {
+    case CompileOptions::Tune::off: return kernels::TuneMode::off;
+    case CompileOptions::Tune::readonly: return kernels::TuneMode::readonly;
+    case CompileOptions::Tune::on: return kernels::TuneMode::on;
+    case CompileOptions::Tune::from_env: break;
+  }
+  return kernels::tune_mode_from_env();
+}
+
 Plan compile(const Program& program, const CompileOptions& options) {
   using Kind = Plan::Impl::Kind;
   Plan plan;
@@ -927,6 +938,8 @@ Plan compile(const Program& program, const CompileOptions& options) {
   Lowerer lower(P);
   lower.bf16_matmuls = options.matmul_precision == CompileOptions::MatmulPrecision::bf16;
   lower.fp16_numerics = P.fp16;
+  kernels::GemmTuner gemm_tuner(gemm_tune_mode(options.tune), options.deterministic);
+  lower.gemm_tuner = &gemm_tuner;
   for (auto& op : fn->ops) {
     if (op.type == "const") {
       const Arg* val = op.arg("val");
@@ -975,6 +988,8 @@ Plan compile(const Program& program, const CompileOptions& options) {
       P.steps.back()->info.bytes /= 2;
     }
   }
+
+  gemm_tuner.flush();  // once per compile: one write of the cache file
 
   for (const std::string& name : std::span(fn->outputs).first(n_outputs)) {
     auto it = P.ids.find(name);

@@ -87,6 +87,7 @@ void add_run(CLI::App& app) {
   add_max_memory_option(*cmd);
   add_numerics_option(*cmd);
   add_profile_options(*cmd);
+  add_plan_options(*cmd);
   static std::string model, function = "main", out_dir, engine = "compiled";
   static std::vector<std::string> inputs, compares, taps;
   static double tolerance = -1;
@@ -104,6 +105,12 @@ void add_run(CLI::App& app) {
   cmd->callback([] {
     const ProfileFlags& pf = profile_flags();
     if (pf.on() && engine != "compiled") throw Error("error: --profile and --trace time the steps of a compiled plan, not --engine reference");
+    if (engine != "compiled") {
+      CompileOptions o;
+      apply_plan_options_cli(o);
+      if (o.matmul_precision != CompileOptions::MatmulPrecision::fp32)
+        throw Error("error: --precision bf16 applies to compiled plans; --engine reference computes in fp64");
+    }
     Program p = load_model_cli(model);
     legalize_layout_idioms(p);
     verify(p);
@@ -120,6 +127,7 @@ void add_run(CLI::App& app) {
     if (engine == "compiled") {
       opts.function = function;
       opts.max_memory = max_memory_cli();
+      apply_plan_options_cli(opts);
       opts.numerics = numerics_cli();
       opts.profile = pf.on();
       opts.trace = !pf.trace.empty();

@@ -40,6 +40,11 @@ size_t max_memory_cli();
 // ... and --numerics fp32|fp16 (CompileOptions::numerics).
 void add_numerics_option(CLI::App& cmd);
 CompileOptions::Numerics numerics_cli();
+// They also take --precision fp32|bf16 (CompileOptions::matmul_precision:
+// matrix products with bf16 operands, fp32 accumulation) and --deterministic
+// (CompileOptions::deterministic); apply_plan_options_cli sets both.
+void add_plan_options(CLI::App& cmd);
+void apply_plan_options_cli(CompileOptions& options);
 // "512M" -> 512 << 20; K, M, G, T (binary multiples, optional "B"/"iB"). Throws Error.
 size_t parse_bytes(const std::string& s);
 

@@ -1,7 +1,7 @@
 // Options shared by the commands that load and compile models: where a model
-// may read weights from (--allow-external-weights) and the memory limit of
-// its plan (--max-memory). One subcommand runs per process, so one set of
-// values serves them all.
+// may read weights from (--allow-external-weights), the memory limit of its
+// plan (--max-memory), its matrix product precision and determinism. One
+// subcommand runs per process, so one set of values serves them all.
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -36,6 +36,32 @@ void add_max_memory_option(CLI::App& cmd) {
                  "suffixes K, M, G, T; default 3/4 of physical memory");
 }
 
+namespace {
+struct PlanFlags {
+  std::string precision = "fp32";
+  bool deterministic = false;
+};
+PlanFlags& plan_flags() {
+  static PlanFlags f;
+  return f;
+}
+}  // namespace
+
+void add_plan_options(CLI::App& cmd) {
+  cmd.add_option("--precision", plan_flags().precision,
+                 "fp32 (default) or bf16: matrix products (matmul, linear) with operands rounded to bf16 and fp32 "
+                 "accumulation, as torch.set_float32_matmul_precision('medium')")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  cmd.add_flag("--deterministic", plan_flags().deterministic,
+               "results bit-identical for any thread count: only kernels that guarantee it (no oneDNN GEMM)");
+}
+
+void apply_plan_options_cli(CompileOptions& options) {
+  options.matmul_precision = plan_flags().precision == "bf16" ? CompileOptions::MatmulPrecision::bf16
+                                                              : CompileOptions::MatmulPrecision::fp32;
+  options.deterministic = plan_flags().deterministic;
+}
+
 size_t max_memory_cli() { return max_memory_text().empty() ? 0 : parse_bytes(max_memory_text()); }
 
 namespace {
@@ -55,7 +81,6 @@ void add_numerics_option(CLI::App& cmd) {
 CompileOptions::Numerics numerics_cli() {
   return numerics_text() == "fp16" ? CompileOptions::Numerics::fp16 : CompileOptions::Numerics::fp32;
 }
-
 
 size_t parse_bytes(const std::string& s) {
   auto bad = [&] { return Error("error: --max-memory expects a size like 512M, 2G or 1048576, got '" + s + "'"); };

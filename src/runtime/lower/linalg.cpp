@@ -12,13 +12,15 @@
 // kernels::choose_gemm_backend picks oneDNN, the dense products (packed
 // constant B, variable B) run on an OnednnGemm primitive instead, created here
 // once per distinct B; a description oneDNN cannot serve well falls back to
-// the own kernels.
+// the own kernels. Inside compile() the choice is the GemmTuner's (measured
+// per product shape and cached; the own kernels only when deterministic).
 #include "runtime/lower/gemm_step.h"
 
 #include <algorithm>
 #include <vector>
 
 #include "kernels/gemm_backend.h"
+#include "kernels/gemm_tuning.h"
 #include "kernels/onednn/onednn_gemm.h"
 #include "kernels/weight_gemm.h"
 #include "milrt/tensor.h"
@@ -224,7 +226,11 @@ std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering
   const std::vector<kernels::MatrixRef> constant_b =
       w && !compact ? constant_b_batches(*w, b_held, k, n, g.ty, g.y_batches) : std::vector<kernels::MatrixRef>{};
   std::shared_ptr<std::vector<kernels::OnednnGemm>> onednn;
-  if (!compact && kernels::choose_gemm_backend(m, n, k, math, w != nullptr) == kernels::GemmBackend::onednn) {
+  const kernels::GemmBackend backend =
+      compact ? kernels::GemmBackend::own
+      : ctx.gemm_tuner ? ctx.gemm_tuner->choose(m, n, k, g.tx, g.ty, math, w != nullptr)
+                       : kernels::choose_gemm_backend(m, n, k, math, w != nullptr);
+  if (backend == kernels::GemmBackend::onednn) {
     kernels::OnednnGemmDesc d;
     d.m = m;
     d.n = n;
