@@ -126,6 +126,9 @@ TEST(CompiledConvChain, TileSizes) {
   EXPECT_EQ(((3136 + t - 1) / t) % 2, 0);                      // an even number of tiles
   EXPECT_EQ(conv_chain_tile({8, 8000, 8}, 1000), 0);          // too wide for 48 positions
   EXPECT_EQ(conv_chain_tile({8, 8000, 8}, 1), 1);
+  EXPECT_EQ(conv_chain_tile({1024, 1024, 1024}, 1024), 0);   // 8 MB of weights, read per tile
+  EXPECT_EQ(conv_chain_tile({1024, 1024, 1024}, 40), 40);     // ... unless one tile is the image
+  EXPECT_GT(conv_chain_tile({256, 512, 256}, 784), 0);         // 1 MB of weights
   EXPECT_EQ(conv_chain_tile({8}, 10), 0);
   EXPECT_THROW(kernels::ConvChainKernel(1, 1000, {8, 8000, 8}, {{}, {}}), Error);
 }

@@ -151,6 +151,15 @@ TEST(FuseConvChain, CutsTheChainBeforeATooWideLink) {
   EXPECT_EQ(op_types(fused(p)), (Strings{"milrt_conv_chain"}));
 }
 
+// Weights past an L2 (400->400->400: 1.25 MB) are read again for every
+// tile: left unfused when the image takes several tiles (10x20 positions).
+TEST(FuseConvChain, LeavesChainsWithTooManyWeights) {
+  Program p = chain_program(DType::FP32, {1, 400, 10, 20}, {{400, "none", "none"}, {400, "none", "none"}});
+  EXPECT_EQ(op_types(fused(p)), op_types(p));
+  p = chain_program(DType::FP32, {1, 400, 8, 8}, {{400, "none", "none"}, {400, "none", "none"}});
+  EXPECT_EQ(op_types(fused(p)), (Strings{"milrt_conv_chain"}));   // one tile: each weight read once
+}
+
 TEST(FuseConvChain, PrintedIrParsesBack) {
   for (const char* opset : {"ios16", "ios18"}) {
     Program p = chain_program(DType::FP16, {1, 3, 2, 3},

@@ -12,8 +12,9 @@
 // the function), so the two passes absorb the same epilogues. A link joins
 // the previous one when it alone reads the previous output, as x, and that
 // output is not a function output. A chain is cut where one more link would
-// no longer fit the kernel's cache budget (kernels::conv_chain_tile), so very
-// wide chains stay unfused.
+// no longer fit the kernel's cache budget (kernels::conv_chain_tile: a tile's
+// intermediates, and the weights that every tile reads again), so very wide
+// chains stay unfused.
 //
 // It runs before canonicalize, which turns every pointwise conv into a
 // matmul. The fused op takes the last absorbed op's output (name, type) and

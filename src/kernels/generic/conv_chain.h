@@ -22,8 +22,9 @@ namespace milrt::kernels {
 // Positions per tile for a chain over `channels` (C0, C1, ..., Ck) and
 // `positions` spatial positions per batch element: as many as keep one
 // step's input and output tiles within the budget, at most `positions`.
-// 0 when even a small tile (or the whole image, if smaller) does not fit: a
-// chain that wide gains nothing from staying in cache and is left unfused.
+// 0 when the image needs several tiles and either even a small tile does not
+// fit or the chain's weights (read again for every tile) overflow an L2: such
+// a chain gains nothing from staying in cache and is left unfused.
 // Depends on the shapes only (not on threads), so results are the same for
 // any thread count.
 int64_t conv_chain_tile(const std::vector<int64_t>& channels, int64_t positions);
