@@ -264,6 +264,21 @@ TEST_F(GemmTuning, CacheIsReplacedAtomicallyAndKeepsOtherEntries) {
   EXPECT_EQ(j["entries"].size(), 3u);
 }
 
+TEST_F(GemmTuning, AnUnwritableCacheIsOneWarningNotAnError) {
+  SKIP_WITHOUT_ONEDNN();
+  // A regular file where the cache directory should be (chmod would not stop root).
+  const std::string blocker = dir_ + "/not_a_dir";
+  write_text(blocker, "x");
+  setenv("XDG_CACHE_HOME", blocker.c_str(), 1);
+  testing::internal::CaptureStderr();
+  Plan plan = compile_with(two_gemms(), CompileOptions::Tune::on);
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(plan.steps().size(), 2u);
+  EXPECT_EQ(k::gemm_tune_stats().files_written, 0);
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  EXPECT_NE(err.find("milrt: warning: could not write the GEMM tuning cache"), std::string::npos) << err;
+}
+
 // K = 64, |x|, |w| <= 1: fp32 sums in any order stay far below 1e-4.
 constexpr double kFp32Tol = 1e-4;
 

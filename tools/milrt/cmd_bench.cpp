@@ -82,7 +82,7 @@ void add_bench(CLI::App& app) {
     const kernels::GemmTuneStats tune1 = kernels::gemm_tune_stats();
     const double tune_ms = tune1.tuning_ms - tune0.tuning_ms;
     if (tune1.timed > tune0.timed)
-      std::printf("GEMM tuning: %lld product shapes timed in %.0f ms (part of the compile time; cached in %s)\n",
+      std::printf("GEMM tuning: %lld product shapes timed in %.0f ms (part of the compile time; cache file %s)\n",
                   (long long)(tune1.timed - tune0.timed), tune_ms, kernels::gemm_tuning_cache_path().c_str());
     // Random inputs only once compile() has checked the plan (inputs
     // included) against the memory limit.
