@@ -15,9 +15,12 @@
 namespace milrt::kernels {
 namespace {
 
-// A key block's dK and dV rows (64 × D each) stay in L1 while the query
-// blocks stream past; two 64 × 64 tiles (P and dP, 16 KiB each) beside them.
-constexpr int64_t kBlockQ = 64;
+// Work goes by key block: each product runs over the strip of every query
+// that sees the block at once, so the GEMM packs K_j and V_j once per block
+// rather than once per 64-query tile (12 heads of 64, T = 512, causal, one
+// AVX2 core: 27.2 ms against 31.1 ms with 64 × 64 tiles; 32 or 128 keys per
+// block were slower). The strips (Tq × 64 scores and their gradient,
+// 256 KiB at T = 512) stay in L2.
 constexpr int64_t kBlockK = 64;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
@@ -27,7 +30,7 @@ bool tile_cut(const AttentionShape& sh, int64_t i0, int64_t j0, int64_t bk) {
   return sh.causal && j0 + bk - 1 > i0 + (sh.tk - sh.tq);
 }
 
-// S = scale·Q_i·K_jᵀ for queries [i0, i0 + bq) and keys [j0, j0 + bk) into
+// S = scale·Q·K_jᵀ for queries [i0, i0 + bq) and keys [j0, j0 + bk) into
 // rows kBlockK apart, masked.
 void scores_tile(const float* q, const float* k, float* s, int64_t i0, int64_t bq, int64_t j0, int64_t bk,
                  const AttentionShape& sh, const AttentionMask& mask) {
@@ -42,34 +45,30 @@ void scores_tile(const float* q, const float* k, float* s, int64_t i0, int64_t b
   }
 }
 
-// The last key (exclusive) any query of [i0, i0 + bq) sees.
-int64_t key_end(const AttentionShape& sh, int64_t i0, int64_t bq) {
-  return sh.causal ? std::clamp<int64_t>(i0 + bq + (sh.tk - sh.tq), 0, sh.tk) : sh.tk;
+// The first query that sees key j0 (Tq when none does).
+int64_t first_query(const AttentionShape& sh, int64_t j0) {
+  return sh.causal ? std::clamp<int64_t>(j0 - (sh.tk - sh.tq), 0, sh.tq) : 0;
 }
 
-// lse of every query row by an online pass over the keys (running maximum m
-// and sum l, as the forward keeps them).
-void row_lse(const float* q, const float* k, float* lse, float* s, float* l, const AttentionShape& sh,
+// lse of every query row by an online pass over the key blocks (running
+// maximum m and sum l per row, as the forward keeps them).
+void row_lse(const float* q, const float* k, float* m, float* s, float* l, const AttentionShape& sh,
              const AttentionMask& mask) {
-  for (int64_t i0 = 0; i0 < sh.tq; i0 += kBlockQ) {
-    const int64_t bq = std::min(kBlockQ, sh.tq - i0);
-    float* m = lse + i0;
-    std::fill(m, m + bq, kNegInf);
-    std::fill(l, l + bq, 0.0f);
-    const int64_t kend = key_end(sh, i0, bq);
-    for (int64_t j0 = 0; j0 < kend; j0 += kBlockK) {
-      const int64_t bk = std::min(kBlockK, kend - j0);
-      scores_tile(q, k, s, i0, bq, j0, bk, sh, mask);
-      for (int64_t r = 0; r < bq; ++r) {
-        float* row = s + r * kBlockK;
-        const float m_new = std::max(m[r], row_max_f32(row, bk));
-        if (m_new == kNegInf) continue;
-        l[r] = l[r] * std::exp(m[r] - m_new) + exp_shift_sum_f32(row, bk, m_new);
-        m[r] = m_new;
-      }
+  std::fill(m, m + sh.tq, kNegInf);
+  std::fill(l, l + sh.tq, 0.0f);
+  for (int64_t j0 = 0; j0 < sh.tk; j0 += kBlockK) {
+    const int64_t bk = std::min(kBlockK, sh.tk - j0), i0 = first_query(sh, j0);
+    if (i0 == sh.tq) break;
+    scores_tile(q, k, s, i0, sh.tq - i0, j0, bk, sh, mask);
+    for (int64_t i = i0; i < sh.tq; ++i) {
+      float* row = s + (i - i0) * kBlockK;
+      const float m_new = std::max(m[i], row_max_f32(row, bk));
+      if (m_new == kNegInf) continue;
+      l[i] = l[i] * std::exp(m[i] - m_new) + exp_shift_sum_f32(row, bk, m_new);
+      m[i] = m_new;
     }
-    for (int64_t r = 0; r < bq; ++r) m[r] = l[r] > 0 ? m[r] + std::log(l[r]) : kNegInf;
   }
+  for (int64_t i = 0; i < sh.tq; ++i) m[i] = l[i] > 0 ? m[i] + std::log(l[i]) : kNegInf;
 }
 
 }  // namespace
@@ -100,12 +99,12 @@ void attention_backward_f32(const float* q, const float* k, const float* v, cons
   std::fill(dv, dv + sh.tk * sh.dv, 0.0f);
   if (sh.tq == 0 || sh.tk == 0) return;
 
-  const size_t tile = size_t(kBlockQ * kBlockK);
-  float* s = attention_thread_scratch(2 * tile + 2 * size_t(sh.tq) + size_t(kBlockQ));
-  float* dp = s + tile;
-  float* drow = dp + tile;          // [Tq] D_i
+  const size_t strip = size_t(sh.tq * kBlockK);
+  float* s = attention_thread_scratch(2 * strip + 3 * size_t(sh.tq));
+  float* dp = s + strip;
+  float* drow = dp + strip;         // [Tq] D_i
   float* lse_own = drow + sh.tq;    // [Tq]
-  float* l = lse_own + sh.tq;       // [kBlockQ]
+  float* l = lse_own + sh.tq;       // [Tq]
   const float* lse = lse_in;
   if (!lse) {
     row_lse(q, k, lse_own, s, l, sh, mask);
@@ -113,35 +112,29 @@ void attention_backward_f32(const float* q, const float* k, const float* v, cons
   }
   for (int64_t i = 0; i < sh.tq; ++i) drow[i] = dot_row_f32(dout + i * sh.dv, o + i * sh.dv, sh.dv);
 
-  const int64_t offset = sh.tk - sh.tq;
   for (int64_t j0 = 0; j0 < sh.tk; j0 += kBlockK) {
-    const int64_t bk = std::min(kBlockK, sh.tk - j0);
-    // Causal: queries before j0 − offset see none of these keys.
-    int64_t istart = sh.causal ? std::max<int64_t>(j0 - offset, 0) / kBlockQ * kBlockQ : 0;
+    const int64_t bk = std::min(kBlockK, sh.tk - j0), i0 = first_query(sh, j0), bq = sh.tq - i0;
+    if (bq == 0) break;  // causal: no later key is seen either
+    scores_tile(q, k, s, i0, bq, j0, bk, sh, mask);
+    for (int64_t r = 0; r < bq; ++r) {
+      float* row = s + r * kBlockK;
+      if (lse[i0 + r] == kNegInf) std::fill(row, row + bk, 0.0f);  // the row sees no key
+      else exp_shift_sum_f32(row, bk, lse[i0 + r]);
+    }
+    const float* dob = dout + i0 * sh.dv;
     float* dkb = dk + j0 * sh.d;
     float* dvb = dv + j0 * sh.dv;
-    for (int64_t i0 = istart; i0 < sh.tq; i0 += kBlockQ) {
-      const int64_t bq = std::min(kBlockQ, sh.tq - i0);
-      scores_tile(q, k, s, i0, bq, j0, bk, sh, mask);
-      for (int64_t r = 0; r < bq; ++r) {
-        float* row = s + r * kBlockK;
-        if (lse[i0 + r] == kNegInf) std::fill(row, row + bk, 0.0f);  // the row sees no key
-        else exp_shift_sum_f32(row, bk, lse[i0 + r]);
-      }
-      const float* dob = dout + i0 * sh.dv;
-      gemm(bk, sh.dv, bq, MatrixRef{s, ElemType::f32, kBlockK, true}, MatrixRef{dob, ElemType::f32, sh.dv, false},
-           OutputRef{dvb, ElemType::f32, sh.dv}, Epilogue{.residual = dvb, .residual_type = ElemType::f32, .residual_ld = sh.dv});
-      gemm(bq, bk, sh.dv, MatrixRef{dob, ElemType::f32, sh.dv, false},
-           MatrixRef{v + j0 * sh.dv, ElemType::f32, sh.dv, true}, OutputRef{dp, ElemType::f32, kBlockK});
-      for (int64_t r = 0; r < bq; ++r) softmax_grad_row_f32(s + r * kBlockK, dp + r * kBlockK, bk, drow[i0 + r]);
-      float* dqb = dq + i0 * sh.d;
-      gemm(bq, sh.d, bk, MatrixRef{dp, ElemType::f32, kBlockK, false}, MatrixRef{k + j0 * sh.d, ElemType::f32, sh.d, false},
-           OutputRef{dqb, ElemType::f32, sh.d},
-           Epilogue{.alpha = sh.scale, .residual = dqb, .residual_type = ElemType::f32, .residual_ld = sh.d});
-      gemm(bk, sh.d, bq, MatrixRef{dp, ElemType::f32, kBlockK, true}, MatrixRef{q + i0 * sh.d, ElemType::f32, sh.d, false},
-           OutputRef{dkb, ElemType::f32, sh.d},
-           Epilogue{.alpha = sh.scale, .residual = dkb, .residual_type = ElemType::f32, .residual_ld = sh.d});
-    }
+    float* dqb = dq + i0 * sh.d;
+    gemm(bk, sh.dv, bq, MatrixRef{s, ElemType::f32, kBlockK, true}, MatrixRef{dob, ElemType::f32, sh.dv, false},
+         OutputRef{dvb, ElemType::f32, sh.dv});
+    gemm(bq, bk, sh.dv, MatrixRef{dob, ElemType::f32, sh.dv, false}, MatrixRef{v + j0 * sh.dv, ElemType::f32, sh.dv, true},
+         OutputRef{dp, ElemType::f32, kBlockK});
+    for (int64_t r = 0; r < bq; ++r) softmax_grad_row_f32(s + r * kBlockK, dp + r * kBlockK, bk, drow[i0 + r]);
+    gemm(bq, sh.d, bk, MatrixRef{dp, ElemType::f32, kBlockK, false}, MatrixRef{k + j0 * sh.d, ElemType::f32, sh.d, false},
+         OutputRef{dqb, ElemType::f32, sh.d},
+         Epilogue{.alpha = sh.scale, .residual = dqb, .residual_type = ElemType::f32, .residual_ld = sh.d});
+    gemm(bk, sh.d, bq, MatrixRef{dp, ElemType::f32, kBlockK, true}, MatrixRef{q + i0 * sh.d, ElemType::f32, sh.d, false},
+         OutputRef{dkb, ElemType::f32, sh.d}, Epilogue{.alpha = sh.scale});
   }
 }
 

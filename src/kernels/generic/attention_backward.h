@@ -5,12 +5,12 @@
 //
 // with respect to Q, K and V, given O and dO = ∂loss/∂O. With
 // lse_i = log Σ_j exp(s_ij) (the forward's row log-sum-exp) and
-// D_i = Σ_c dO_ic·O_ic, each (query block, key block) tile recomputes
-// P = exp(S − lse) and accumulates
+// D_i = Σ_c dO_ic·O_ic, each block of 64 keys j recomputes P = exp(S − lse)
+// for the strip of queries that see it and forms
 //
-//   dV += Pᵀ·dO,   dS = P ∘ (dO·Vᵀ − D),   dQ += scale·dS·K,   dK += scale·dSᵀ·Q
+//   dV_j = Pᵀ·dO,   dS = P ∘ (dO·V_jᵀ − D),   dQ += scale·dS·K_j,   dK_j = scale·dSᵀ·Q
 //
-// so no Tq×Tk matrix exists. Shapes, masks and the causal convention (query
+// so no Tq×Tk matrix exists (the strip is Tq×64). Shapes, masks and the causal convention (query
 // i sees keys j <= i + Tk − Tq) are the forward's (attention.h); tiles wholly
 // above the causal line are skipped. A query row that sees no key has a NaN
 // output in the forward; here it contributes nothing (its dQ row is 0).
