@@ -16,9 +16,9 @@
 // mul, reduce_mean, add, rsqrt (RMSNorm, the idiom fuse-norms fuses); matmul
 // with transpose_y (projections, weights [out, in] as stored); reshape,
 // slice_by_index, concat, mul, add (RoPE, with constant cos/sin tables for
-// positions 0..T-1); reshape, transpose, matmul, mul, add (constant causal
-// mask, -1e9 rather than -inf so gradients stay finite), softmax (attention;
-// GQA through a size-1 kv-group dim that matmul broadcasts, no copies of K/V);
+// positions 0..T-1); reshape, transpose and milrt_attention (causal, scale
+// 1/sqrt(head_dim): the fused attention op, whose gradient is the fused
+// backward; GQA through a size-1 kv-group dim it broadcasts, no copies of K/V);
 // silu (SwiGLU); reduce_log_sum_exp, one_hot, reduce_sum, sub, reduce_mean
 // (cross-entropy). Scalar and table constants are `const` ops (variables, so
 // gradient rules can name them); integer parameters (axes, shapes, perms,

@@ -6,13 +6,6 @@
 namespace milrt::llm {
 namespace {
 
-// Masked scores: large and negative but finite, so exp() underflows to an
-// exact zero while softmax's gradient (and any fp16 rounding) stays finite.
-constexpr double kMaskValue = -1e9;
-// -1e9 is -inf in fp16 (max 65504); -3e4 is finite there and still far below
-// any real score, so exp() of a masked score is an exact zero as well.
-constexpr double kMaskValueFp16 = -3e4;
-
 Shape leading(const Value& x) { return Shape(x.type.shape.begin(), x.type.shape.end() - 2); }
 
 Shape cat(Shape a, std::initializer_list<int64_t> b) {
@@ -123,20 +116,12 @@ Value TransformerBuilder::block(const std::string& p, const Value& x, const Bloc
   Value kh = split_heads(p + "k", k, 1);
   Value vh = split_heads(p + "v", v, 1);
 
-  Value scores = f_.op("matmul", p + "scores",
-                       {{"x", qh}, {"y", kh}, {"transpose_x", lit_bool(false)}, {"transpose_y", lit_bool(true)}});
-  Value scaled = f_.op("mul", p + "scores_scaled", {{"x", scores}, {"y", scalar("att_scale", 1.0 / std::sqrt(double(hd)))}});
-  if (!f_.has_value("causal_mask")) {
-    Tensor m(dtype_, {s_.seq, s_.seq});
-    const double masked_value = dtype_ == DType::FP16 ? kMaskValueFp16 : kMaskValue;
-    for (int64_t i = 0; i < s_.seq; ++i)
-      for (int64_t j = 0; j < s_.seq; ++j) m.set(size_t(i * s_.seq + j), j <= i ? 0.0 : masked_value);
-    f_.constant("causal_mask", m);
-  }
-  Value masked = f_.op("add", p + "scores_masked", {{"x", scaled}, {"y", f_.value("causal_mask")}});
-  Value att = f_.op("softmax", p + "att", {{"x", masked}, {"axis", lit_i32(-1)}});
-  Value ctx = f_.op("matmul", p + "att_v",
-                    {{"x", att}, {"y", vh}, {"transpose_x", lit_bool(false)}, {"transpose_y", lit_bool(false)}});
+  // One fused op rather than matmul, scale, mask, softmax, matmul: its
+  // gradient rule emits the fused backward (milrt_attention_grad), so
+  // training keeps no [T, T] probabilities and skips the causal half.
+  Value ctx = f_.op("milrt_attention", p + "att",
+                    {{"q", qh}, {"k", kh}, {"v", vh}, {"scale", lit_f32(1.0 / std::sqrt(double(hd)))},
+                     {"causal", lit_bool(true)}});
   Value merged = merge_heads(p + "att_out", ctx);
   Value o = linear(p + "att_proj", merged, w.wo);
   Value x1 = f_.op("add", p + "x_att", {{"x", x}, {"y", o}});

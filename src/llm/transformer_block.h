@@ -1,7 +1,7 @@
 // The pre-norm transformer block shared by the Llama model builder and the
 // seed-layer builder: RMSNorm, projections, optional RoPE, causal (grouped
-// query) attention and SwiGLU, emitted as plain MIL ops on activations
-// [..., T, D] (any leading dims: [B, T, D] for Llama, [T, D] for the seed).
+// query) attention as one milrt_attention, and SwiGLU, emitted as MIL ops on
+// activations [..., T, D] (any leading dims: [B, T, D] for Llama, [T, D] for the seed).
 // Internal to src/llm; see llama_builder.h for the op choices and why.
 #pragma once
 #include <cstdint>
@@ -25,7 +25,7 @@ struct BlockWeights {
 
 class TransformerBuilder {
  public:
-  // Shared constants (eps, score scale, causal mask, RoPE tables) are added
+  // Shared constants (eps, RoPE tables) are added
   // to `f` once, on first use, in `dtype` (FP32 or FP16: the dtype of the
   // activations and weights the caller passes).
   TransformerBuilder(FunctionBuilder& f, const BlockShape& s, DType dtype = DType::FP32) : f_(f), s_(s), dtype_(dtype) {}
