@@ -573,6 +573,16 @@ std::map<std::string, Case> cases() {
     g.op("milrt_attention", {{"q", g.input({b, l, e})}, {"k", g.input({b, l, e})}, {"v", g.input({b, l, ev})},
                              {"scale", g.scalar(0.5)}, {"causal", lit_bool(g.coin())}});
   });
+  t["milrt_attention_grad"] = custom(kF, [](Gen& g) {
+    int64_t b = g.pick(1, 2), l = g.pick(1, 5), e = g.pick(1, 6), ev = g.pick(1, 6);
+    std::vector<std::pair<std::string, Operand>> in = {{"q", g.input({b, l, e})}, {"k", g.input({b, l, e})},
+                                                       {"v", g.input({b, l, ev})}, {"scale", g.scalar(0.5)},
+                                                       {"causal", lit_bool(g.coin())}};
+    std::vector<std::pair<std::string, Operand>> grad_in = in;
+    grad_in.push_back({"o", g.f.op("milrt_attention", "o", in)});  // the forward's output, as the op requires
+    grad_in.push_back({"dout", g.input({b, l, ev})});
+    for (const Value& y : g.f.op_n("milrt_attention_grad", {"dq", "dk", "dv"}, grad_in)) g.f.output(y);
+  });
   t["milrt_conv"] = custom(kF, [](Gen& g) {
     const char* acts[] = {"none", "relu", "sigmoid", "silu"};
     int64_t cin = g.pick(1, 3), cout = g.pick(1, 3);
