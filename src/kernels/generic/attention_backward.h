@@ -32,10 +32,11 @@ void attention_backward_f32(const float* q, const float* k, const float* v, cons
                             const AttentionMask& mask);
 
 // Runs body(slice) for every slice in [0, n) on up to num_threads() OpenMP
-// threads (serially inside a parallel region). Each slice is computed whole
-// by one thread, so results do not depend on the thread count; body must not
-// throw.
-void for_each_attention_slice(int64_t n, const std::function<void(int64_t slice)>& body);
+// threads: serially inside a parallel region, or when all slices together
+// hold fewer than 2^20 multiply-adds (`macs_per_slice` each), where waking
+// the threads costs more than they save. Each slice is computed whole by one
+// thread, so results do not depend on the thread count; body must not throw.
+void for_each_attention_slice(int64_t n, double macs_per_slice, const std::function<void(int64_t slice)>& body);
 
 // A per-thread fp32 buffer of at least `floats` elements that only grows.
 float* attention_thread_scratch(size_t floats);

@@ -132,10 +132,12 @@ AttentionGeom attention_geom(const Op& op, LowerCtx& ctx, const AttentionInputs&
   return g;
 }
 
-// Both products over every score (a causal kernel skips about half of them).
-double attention_flops(const AttentionGeom& g) {
-  return 2.0 * double(g.qo.size()) * double(g.sh.tq) * double(g.sh.tk) * double(g.sh.d + g.sh.dv);
+// Multiply-adds of both products over every score of one slice (a causal
+// kernel skips about half of them).
+double attention_slice_macs(const kernels::AttentionShape& sh) {
+  return double(sh.tq) * double(sh.tk) * double(sh.d + sh.dv);
 }
+double attention_flops(const AttentionGeom& g) { return 2.0 * double(g.qo.size()) * attention_slice_macs(g.sh); }
 
 std::unique_ptr<Step> lower_attention_with(const Op& op, LowerCtx& ctx, const AttentionInputs& keys, float scale,
                                            bool causal) {
@@ -144,11 +146,12 @@ std::unique_ptr<Step> lower_attention_with(const Op& op, LowerCtx& ctx, const At
       attention_geom(op, ctx, keys, scale, causal, Shape(o.shape.begin(), o.shape.end() - 2)));
   const int io = o.id;
   const size_t scratch_floats = kernels::attention_scratch_floats(g->sh);
+  const double slice_macs = attention_slice_macs(g->sh);
   auto step = make_step("attention", op, [=](const Frame& f) {
     const float *pq = f.at<float>(g->iq), *pk = f.at<float>(g->ik), *pv = f.at<float>(g->iv);
     float* po = f.at<float>(io);
     // Heads on threads: one head's tiles are too small for the GEMM's own threads.
-    kernels::for_each_attention_slice(int64_t(g->qo.size()), [&](int64_t b) {
+    kernels::for_each_attention_slice(int64_t(g->qo.size()), slice_macs, [&](int64_t b) {
       kernels::AttentionMask mk;
       kernels::attention_f32(pq + g->qo[size_t(b)], pk + g->ko[size_t(b)], pv + g->vo[size_t(b)],
                              po + b * g->sh.tq * g->sh.dv, g->sh, g->mask_at(f, size_t(b), mk),
@@ -170,12 +173,13 @@ std::unique_ptr<Step> lower_milrt_attention_grad(const Op& op, LowerCtx& ctx) {
   if (o.shape != dout.shape || shape_numel(o.shape) != int64_t(g->qo.size()) * g->sh.tq * g->sh.dv)
     throw_op_error(op, "o and dout must have the forward's output shape");
   const int io = o.id, idout = dout.id, idq = dq.id, idk = dk.id, idv = dv.id;
+  const double slice_macs = attention_slice_macs(g->sh);
   auto step = make_step("attention_grad", op, [=](const Frame& f) {
     const kernels::AttentionShape& sh = g->sh;
     const float *pq = f.at<float>(g->iq), *pk = f.at<float>(g->ik), *pv = f.at<float>(g->iv);
     const float *po = f.at<float>(io), *pdo = f.at<float>(idout);
     float *pdq = f.at<float>(idq), *pdk = f.at<float>(idk), *pdv = f.at<float>(idv);
-    kernels::for_each_attention_slice(int64_t(g->qo.size()), [&](int64_t b) {
+    kernels::for_each_attention_slice(int64_t(g->qo.size()), 2 * slice_macs, [&](int64_t b) {
       kernels::AttentionMask mk;
       kernels::attention_backward_f32(pq + g->qo[size_t(b)], pk + g->ko[size_t(b)], pv + g->vo[size_t(b)],
                                       po + b * sh.tq * sh.dv, pdo + b * sh.tq * sh.dv, nullptr,
