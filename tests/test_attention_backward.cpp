@@ -201,7 +201,8 @@ struct OpCase {
 };
 
 // milrt_attention then milrt_attention_grad in one program, compiled (the
-// fused kernels) against the reference executor (the definitions in fp64).
+// fused kernels) against the reference executor (the definitions in fp64);
+// every other case has the forward give its log-sum-exp to the backward.
 // Tolerance 1e-4 of max(1, max |ref|) per output: fp32 GEMMs over a few keys.
 TEST(AttentionBackwardOp, CompiledMatchesReference) {
   std::vector<OpCase> cases = {
@@ -212,7 +213,9 @@ TEST(AttentionBackwardOp, CompiledMatchesReference) {
       {{2, 6, 4}, {2, 9, 4}, {2, 9, 5}, "tensor<fp32, [2, 1, 9]> m", true},
   };
   uint64_t seed = 1;
-  for (const OpCase& c : cases) {
+  for (size_t n = 0; n < cases.size(); ++n) {
+    const OpCase& c = cases[n];
+    const bool with_lse = n % 2 == 1;
     Shape batch(c.q.begin(), c.q.end() - 2);
     if (c.k.size() == c.q.size())
       for (size_t i = 0; i + 2 < c.q.size(); ++i) batch[i] = std::max(c.q[i], c.k[i]);
@@ -227,12 +230,15 @@ TEST(AttentionBackwardOp, CompiledMatchesReference) {
     std::string mask;
     if (!c.mask_param.empty()) params += ", " + c.mask_param, mask = "mask = m, ";
     std::string attrs = "v = v, " + mask + "scale = fp32(0.4), causal = bool(" + (c.causal ? "true" : "false") + ")";
-    std::string body = "    " + ty(with(tq, dv)) + " o = milrt_attention(q = q, k = k, " + attrs +
-                       ")[name = string(\"o\")];\n    " + ty(with(tq, d)) + " dq, " + ty(with(tk, d)) + " dk, " +
-                       ty(with(tk, dv)) + " dv = milrt_attention_grad(q = q, k = k, o = o, dout = g, " + attrs +
-                       ")[name = string(\"dq\")];\n";
+    Shape ls = batch;
+    ls.push_back(tq);
+    std::string body = "    " + ty(with(tq, dv)) + " o" + (with_lse ? ", tensor<fp32, " + shape_str(ls) + "> lse" : "") +
+                       " = milrt_attention(q = q, k = k, " + attrs + ")[name = string(\"o\")];\n    " +
+                       ty(with(tq, d)) + " dq, " + ty(with(tk, d)) + " dk, " + ty(with(tk, dv)) +
+                       " dv = milrt_attention_grad(q = q, k = k, o = o, dout = g, " + (with_lse ? "lse = lse, " : "") +
+                       attrs + ")[name = string(\"dq\")];\n";
     SCOPED_TRACE(body);
-    Program prog = parse_mil(program_text(params, body, "dq, dk, dv"), "<test>", ".");
+    Program prog = parse_mil(program_text(params, body, with_lse ? "dq, dk, dv, lse" : "dq, dk, dv"), "<test>", ".");
     verify(prog);
     TensorMap in;
     for (const auto& [name, shape] : std::vector<std::pair<std::string, Shape>>{
@@ -247,7 +253,8 @@ TEST(AttentionBackwardOp, CompiledMatchesReference) {
     }
     TensorMap want = run_reference(prog, "main", in);
     TensorMap got = compile(prog).run(in);
-    for (const char* name : {"dq", "dk", "dv"}) {
+    for (const char* name : {"dq", "dk", "dv", "lse"}) {
+      if (!want.count(name)) continue;
       const Tensor &w = want.at(name), &g = got.at(name);
       ASSERT_EQ(g.shape(), w.shape()) << name;
       double amax = 1;
@@ -260,11 +267,26 @@ TEST(AttentionBackwardOp, CompiledMatchesReference) {
 }
 
 GradCheckResult check(const std::string& params, const std::string& expr, const Shape& zs,
-                      const std::vector<std::string>& wrt, const TensorMap& in = {}) {
+                      const std::vector<std::string>& wrt, const TensorMap& in = {}, bool with_lse = false) {
   SCOPED_TRACE(expr);
   GradCheckOptions o;
   o.ranges = {{"q", {-2, 2}}, {"k", {-2, 2}}};
-  return expect_gradients_match(weighted_sum_loss_program(params, expr, zs), "loss", wrt, in, o);
+  std::string text = weighted_sum_loss_program(params, expr, zs);
+  if (with_lse) {  // z becomes the first of two outputs
+    Shape ls(zs.begin(), zs.end() - 1);
+    size_t at = text.find(" z = milrt_attention");
+    EXPECT_NE(at, std::string::npos) << text;
+    if (at == std::string::npos) return {};
+    text.insert(at + 2, ", tensor<fp32, " + shape_str(ls) + "> z_lse");
+  }
+  GradCheckResult r = expect_gradients_match(text, "loss", wrt, in, o);
+  if (with_lse) {
+    const Function& f = *r.derived.function("main_grad");
+    bool given = false;
+    for (const Op& op : f.ops) given |= op.type == "milrt_attention_grad" && op.has("lse");
+    EXPECT_TRUE(given) << "the backward did not take the forward's lse";
+  }
+  return r;
 }
 
 // The rules of milrt_attention and scaled_dot_product_attention (both emit
@@ -273,6 +295,10 @@ GradCheckResult check(const std::string& params, const std::string& expr, const 
 TEST(AttentionBackwardGrad, MilrtAttentionMatchesFiniteDifferences) {
   check(ty({2, 5, 4}) + " q, " + ty({2, 7, 4}) + " k, " + ty({2, 7, 3}) + " v",
         "milrt_attention(q = q, k = k, v = v, scale = fp32(0.5), causal = bool(true))", {2, 5, 3}, {"q", "k", "v"});
+  // The forward's log-sum-exp given to the backward (the transformer block's form).
+  check(ty({2, 5, 4}) + " q, " + ty({2, 7, 4}) + " k, " + ty({2, 7, 3}) + " v",
+        "milrt_attention(q = q, k = k, v = v, scale = fp32(0.5), causal = bool(true))", {2, 5, 3}, {"q", "k", "v"}, {},
+        true);
   // Grouped query heads: K and V broadcast over dim 1, their gradients summed back.
   check(ty({2, 3, 4, 4}) + " q, " + ty({2, 1, 4, 4}) + " k, " + ty({2, 1, 4, 2}) + " v",
         "milrt_attention(q = q, k = k, v = v, scale = fp32(0.5), causal = bool(true))", {2, 3, 4, 2}, {"q", "k", "v"});

@@ -161,6 +161,8 @@ Grads fused_attention_grads(const RuleContext& c, const std::array<const char*, 
                             bool causal, const std::optional<Operand>& mask) {
   std::vector<std::pair<std::string, Operand>> in = {
       {"q", c.in(keys[0])}, {"k", c.in(keys[1])}, {"v", c.in(keys[2])}, {"o", c.out()}, {"dout", g0(c)}};
+  // A forward that also gave its rows' log-sum-exp spares the backward a pass over Q·Kᵀ.
+  if (c.op.outputs.size() == 2) in.push_back({"lse", c.out(1)});
   if (mask) in.push_back({"mask", *mask});
   in.push_back({"scale", scale});
   in.push_back({"causal", lit_bool(causal)});

@@ -118,10 +118,12 @@ Value TransformerBuilder::block(const std::string& p, const Value& x, const Bloc
 
   // One fused op rather than matmul, scale, mask, softmax, matmul: its
   // gradient rule emits the fused backward (milrt_attention_grad), so
-  // training keeps no [T, T] probabilities and skips the causal half.
-  Value ctx = f_.op("milrt_attention", p + "att",
-                    {{"q", qh}, {"k", kh}, {"v", vh}, {"scale", lit_f32(1.0 / std::sqrt(double(hd)))},
-                     {"causal", lit_bool(true)}});
+  // training keeps no [T, T] probabilities and skips the causal half. The
+  // second output, each row's log-sum-exp, saves the backward recomputing it
+  // (seed layer: about a quarter of its time).
+  Value ctx = f_.op_n("milrt_attention", {p + "att", p + "att_lse"},
+                      {{"q", qh}, {"k", kh}, {"v", vh}, {"scale", lit_f32(1.0 / std::sqrt(double(hd)))},
+                       {"causal", lit_bool(true)}})[0];
   Value merged = merge_heads(p + "att_out", ctx);
   Value o = linear(p + "att_proj", merged, w.wo);
   Value x1 = f_.op("add", p + "x_att", {{"x", x}, {"y", o}});

@@ -7,11 +7,14 @@
 //       q [..., Tq, D], k [..., Tk, D], v [..., Tk, Dv] -> [..., Tq, Dv],
 //       batch dims broadcast. mask: additive float, or bool (true = keep),
 //       broadcastable to [..., Tq, Tk]. causal: query i sees keys
-//       j <= i + (Tk - Tq).
-//   milrt_attention_grad(q, k, v, o, dout, mask?, scale, causal) -> dq, dk, dv
+//       j <= i + (Tk - Tq). An optional second output, fp32 [..., Tq],
+//       is each row's log-sum-exp of the masked, scaled scores (-inf for a
+//       row that sees no key), for milrt_attention_grad.
+//   milrt_attention_grad(q, k, v, o, dout, lse?, mask?, scale, causal) -> dq, dk, dv
 //       the gradients of milrt_attention's o (the same q, k, v, mask,
 //       scale, causal) given dout = ∂loss/∂o; o must be that forward's
-//       output. Each has the broadcast batch dims ([..., Tq, D],
+//       output, and lse, when given, that forward's second output. Each
+//       has the broadcast batch dims ([..., Tq, D],
 //       [..., Tk, D], [..., Tk, Dv]): a gradient rule sums them down to
 //       the inputs' shapes. Made by the autodiff rules of milrt_attention and
 //       scaled_dot_product_attention.
@@ -96,8 +99,11 @@ void infer_attention(InferCtx& c) {
   check_fused_from(c);
   Shape out = batch;
   out.push_back(dim(q, 2));
+  Shape lse = out;
   out.push_back(dim(v, 1));
   c.set_out(Type::tensor(c.dtype("q"), out));
+  // fp32 whatever q's dtype: rounded to fp16 it would move exp(s - lse) by up to 0.5%.
+  if (c.op().type == "milrt_attention" && c.op().outputs.size() == 2) c.out.push_back(Type::tensor(DType::FP32, lse));
 }
 
 void infer_attention_grad(InferCtx& c) {
@@ -106,6 +112,11 @@ void infer_attention_grad(InferCtx& c) {
   for (const char* key : {"o", "dout"})
     if (c.type(key) != o) c.fail("input '" + std::string(key) + "' must be " + o.str() + ", got " + c.type(key).str());
   Shape batch(o.shape.begin(), o.shape.end() - 2);
+  if (c.has("lse")) {
+    Shape want(o.shape.begin(), o.shape.end() - 1);
+    if (c.type("lse") != Type::tensor(DType::FP32, want))
+      c.fail("input 'lse' must be " + Type::tensor(DType::FP32, want).str() + ", got " + c.type("lse").str());
+  }
   auto grad_of = [&](const char* key) {
     const Shape& s = c.shape(key);
     Shape g = batch;
@@ -123,9 +134,9 @@ void register_fused_attention_ops() {
                1, 1, infer_softmax});
   register_op({"milrt_attention",
                {{"q"}, {"k"}, {"v"}, {"mask", false}, {"scale", false}, {"causal", false}, {"fused_from", false}},
-               1, 1, infer_attention});
+               1, 2, infer_attention});
   register_op({"milrt_attention_grad",
-               {{"q"}, {"k"}, {"v"}, {"o"}, {"dout"}, {"mask", false}, {"scale", false}, {"causal", false},
+               {{"q"}, {"k"}, {"v"}, {"o"}, {"dout"}, {"lse", false}, {"mask", false}, {"scale", false}, {"causal", false},
                 {"fused_from", false}},
                3, 3, infer_attention_grad});
 }

@@ -52,7 +52,7 @@ void attention_mask_tile(float* s, int64_t ld, int64_t i0, int64_t bq, int64_t j
 size_t attention_scratch_floats(const AttentionShape&) { return size_t(kBlockQ * kTileK + 2 * kBlockQ); }
 
 void attention_f32(const float* q, const float* k, const float* v, float* o, const AttentionShape& sh,
-                   const AttentionMask& mask, float* scratch) {
+                   const AttentionMask& mask, float* scratch, float* lse) {
   if (sh.tq < 0 || sh.tk < 0 || sh.d < 0 || sh.dv < 0) throw Error("attention: negative size");
   Scratch sc{scratch, scratch + kBlockQ * kTileK, scratch + kBlockQ * kTileK + kBlockQ};
   const int64_t offset = sh.tk - sh.tq;
@@ -95,6 +95,7 @@ void attention_f32(const float* q, const float* k, const float* v, float* o, con
       // l = 0: the row saw no key; 0/0 as the reference gives.
       float inv = sc.l[r] > 0 ? 1.0f / sc.l[r] : std::numeric_limits<float>::quiet_NaN();
       scale_row_f32(ob + r * sh.dv, sh.dv, inv);
+      if (lse) lse[i0 + r] = sc.l[r] > 0 ? sc.m[r] + std::log(sc.l[r]) : kNegInf;
     }
   }
 }

@@ -45,8 +45,11 @@ void attention_mask_tile(float* s, int64_t ld, int64_t i0, int64_t bq, int64_t j
 size_t attention_scratch_floats(const AttentionShape& s);
 
 // Throws milrt::Error for negative sizes. Allocates nothing (the GEMMs it
-// calls keep a per-thread buffer that only grows).
+// calls keep a per-thread buffer that only grows). `lse` [Tq], when given,
+// receives each row's log Σ_j exp(s_ij) of the masked, scaled scores (-inf
+// for a row that sees no key), which the backward kernel takes instead of
+// recomputing it.
 void attention_f32(const float* q, const float* k, const float* v, float* o, const AttentionShape& s,
-                   const AttentionMask& mask, float* scratch);
+                   const AttentionMask& mask, float* scratch, float* lse = nullptr);
 
 }  // namespace milrt::kernels

@@ -119,8 +119,9 @@ struct AttentionRef {
   double at(const NdArray& a, const std::vector<int64_t>& bidx, int64_t r, int64_t col) const {
     return a.v[index(a, bidx, r, col)];
   }
-  // softmax(scale·q_i·kᵀ + mask [+ causal]) of row i of batch bidx.
-  void probs(const std::vector<int64_t>& bidx, int64_t i, std::vector<double>& s) const {
+  // softmax(scale·q_i·kᵀ + mask [+ causal]) of row i of batch bidx; returns
+  // the row's log-sum-exp of the scores (-inf when it sees no key).
+  double probs(const std::vector<int64_t>& bidx, int64_t i, std::vector<double>& s) const {
     s.assign(size_t(tk), 0);
     for (int64_t j = 0; j < tk; ++j) {
       double dot = 0;
@@ -131,7 +132,11 @@ struct AttentionRef {
       s[size_t(j)] = scale * dot + mask.at(idx, scores);
       if (causal && j > i + (tk - tq)) s[size_t(j)] = -kInf;
     }
+    double mx = -kInf, den = 0;
+    for (double e : s) mx = std::max(mx, e);
+    for (double e : s) den += std::exp(e - mx);
     softmax_line(s);
+    return mx == -kInf ? -kInf : mx + std::log(den);
   }
 };
 
@@ -141,11 +146,14 @@ void ref_attention(RefCtx& c) {
   os.push_back(a.tq);
   os.push_back(a.dv);
   NdArray out(os);
+  Shape ls = a.batch;
+  ls.push_back(a.tq);
+  NdArray lse(ls);
   std::vector<double> s;
   for (int64_t b = 0; b < shape_numel(a.batch); ++b) {
     std::vector<int64_t> bidx = unravel_index(b, a.batch);
     for (int64_t i = 0; i < a.tq; ++i) {
-      a.probs(bidx, i, s);
+      lse.v[size_t(b * a.tq + i)] = a.probs(bidx, i, s);
       for (int64_t e = 0; e < a.dv; ++e) {
         double acc = 0;
         for (int64_t j = 0; j < a.tk; ++j) acc += s[size_t(j)] * a.at(a.v, bidx, j, e);
@@ -154,12 +162,14 @@ void ref_attention(RefCtx& c) {
     }
   }
   c.set_nd(0, out);
+  if (c.num_outputs() == 2) c.set_nd(1, lse);
 }
 
 // The chain rule through P = softmax(S) written out: dV = Pᵀ·dO,
 // dP = dO·Vᵀ, dS_ij = P_ij (dP_ij − Σ_l P_il dP_il), dQ = scale·dS·K,
 // dK = scale·dSᵀ·Q. `o` is not read: the sum over l is formed from P and dP
-// directly. A row that sees no key (P all NaN) contributes nothing.
+// directly, and lse is not read either. A row that sees no key (P all NaN)
+// contributes nothing.
 void ref_attention_grad(RefCtx& c) {
   AttentionRef a(c);
   NdArray g = c.nd("dout");

@@ -144,18 +144,19 @@ std::unique_ptr<Step> lower_attention_with(const Op& op, LowerCtx& ctx, const At
   ValueRef o = ctx.output(op);
   auto g = std::make_shared<AttentionGeom>(
       attention_geom(op, ctx, keys, scale, causal, Shape(o.shape.begin(), o.shape.end() - 2)));
-  const int io = o.id;
+  const int io = o.id, ilse = op.outputs.size() == 2 ? ctx.output(op, 1).id : -1;
   const size_t scratch_floats = kernels::attention_scratch_floats(g->sh);
   const double slice_macs = attention_slice_macs(g->sh);
   auto step = make_step("attention", op, [=](const Frame& f) {
     const float *pq = f.at<float>(g->iq), *pk = f.at<float>(g->ik), *pv = f.at<float>(g->iv);
     float* po = f.at<float>(io);
+    float* plse = ilse >= 0 ? f.at<float>(ilse) : nullptr;
     // Heads on threads: one head's tiles are too small for the GEMM's own threads.
     kernels::for_each_attention_slice(int64_t(g->qo.size()), slice_macs, [&](int64_t b) {
       kernels::AttentionMask mk;
       kernels::attention_f32(pq + g->qo[size_t(b)], pk + g->ko[size_t(b)], pv + g->vo[size_t(b)],
                              po + b * g->sh.tq * g->sh.dv, g->sh, g->mask_at(f, size_t(b), mk),
-                             kernels::attention_thread_scratch(scratch_floats));
+                             kernels::attention_thread_scratch(scratch_floats), plse ? plse + b * g->sh.tq : nullptr);
     });
   });
   step->info.flops = attention_flops(*g);
@@ -172,17 +173,25 @@ std::unique_ptr<Step> lower_milrt_attention_grad(const Op& op, LowerCtx& ctx) {
   ValueRef o = ctx.input(op, "o"), dout = ctx.input(op, "dout");
   if (o.shape != dout.shape || shape_numel(o.shape) != int64_t(g->qo.size()) * g->sh.tq * g->sh.dv)
     throw_op_error(op, "o and dout must have the forward's output shape");
+  int ilse = -1;
+  if (ctx.has(op, "lse")) {
+    ValueRef lse = ctx.input(op, "lse");
+    if (lse.numel() != int64_t(g->qo.size()) * g->sh.tq) throw_op_error(op, "lse must have one value per query row");
+    ilse = lse.id;
+  }
   const int io = o.id, idout = dout.id, idq = dq.id, idk = dk.id, idv = dv.id;
   const double slice_macs = attention_slice_macs(g->sh);
   auto step = make_step("attention_grad", op, [=](const Frame& f) {
     const kernels::AttentionShape& sh = g->sh;
     const float *pq = f.at<float>(g->iq), *pk = f.at<float>(g->ik), *pv = f.at<float>(g->iv);
     const float *po = f.at<float>(io), *pdo = f.at<float>(idout);
+    const float* plse = ilse >= 0 ? f.at<float>(ilse) : nullptr;
     float *pdq = f.at<float>(idq), *pdk = f.at<float>(idk), *pdv = f.at<float>(idv);
     kernels::for_each_attention_slice(int64_t(g->qo.size()), 2 * slice_macs, [&](int64_t b) {
       kernels::AttentionMask mk;
       kernels::attention_backward_f32(pq + g->qo[size_t(b)], pk + g->ko[size_t(b)], pv + g->vo[size_t(b)],
-                                      po + b * sh.tq * sh.dv, pdo + b * sh.tq * sh.dv, nullptr,
+                                      po + b * sh.tq * sh.dv, pdo + b * sh.tq * sh.dv,
+                                      plse ? plse + b * sh.tq : nullptr,
                                       pdq + b * sh.tq * sh.d, pdk + b * sh.tk * sh.d, pdv + b * sh.tk * sh.dv, sh,
                                       g->mask_at(f, size_t(b), mk));
     });
