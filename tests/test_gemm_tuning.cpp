@@ -1,4 +1,4 @@
-// GEMM backends chosen by measurement (kernels/gemm_tuning.h): the cache
+// GEMM backends chosen by measurement (runtime/gemm_tuning.h): the cache
 // file's life (round trip, readonly, off, bad files, atomic replacement),
 // tuned plans against the reference executor whichever backend wins,
 // CompileOptions::deterministic across thread counts, and the CLI's
@@ -19,7 +19,7 @@
 
 #include "kernels/cpu_features.h"
 #include "kernels/gemm_backend.h"
-#include "kernels/gemm_tuning.h"
+#include "runtime/gemm_tuning.h"
 #include "kernels/onednn/onednn_gemm.h"
 #include "kernels/threads.h"
 #include "milrt/npy.h"
@@ -31,6 +31,7 @@ namespace milrt::test {
 namespace {
 
 namespace k = milrt::kernels;
+namespace rt = milrt::rt;
 using rewrite::const_stmt;
 using rewrite::expect_outputs_close;
 using rewrite::parse_program;
@@ -51,14 +52,14 @@ class GemmTuning : public ::testing::Test {
     if (old) old_xdg_ = old;
     dir_ = temp_dir("gemm_tuning");
     setenv("XDG_CACHE_HOME", dir_.c_str(), 1);
-    k::reset_gemm_tuning();
+    rt::reset_gemm_tuning();
   }
   void TearDown() override {
     if (had_xdg_) setenv("XDG_CACHE_HOME", old_xdg_.c_str(), 1);
     else unsetenv("XDG_CACHE_HOME");
     k::set_gemm_backend_mode(std::nullopt);
     k::set_num_threads(0);
-    k::reset_gemm_tuning();
+    rt::reset_gemm_tuning();
   }
   std::string dir_, old_xdg_;
   bool had_xdg_ = false;
@@ -117,7 +118,7 @@ json entry(int64_t m, int64_t n, int64_t kk, bool ta, bool tb, bool b_const, con
 std::string cache_for_two_gemms(const std::string& winner) {
   json j = {{"format", "milrt-gemm-tuning"},
             {"version", 1},
-            {"cpu", k::cpu_model_name()},
+            {"cpu", rt::cpu_model_name()},
             {"entries", {entry(8, 48, 64, false, true, true, winner), entry(8, 32, 64, false, false, false, winner)}}};
   return j.dump(1);
 }
@@ -132,7 +133,7 @@ std::vector<std::string> files_in(const std::string& dir) {
 TEST_F(GemmTuning, OffNeverTimesNorTouchesTheCache) {
   const Plan plan = compile_with(two_gemms(), CompileOptions::Tune::off);
   EXPECT_FALSE(any_onednn(plan));
-  const k::GemmTuneStats s = k::gemm_tune_stats();
+  const rt::GemmTuneStats s = rt::gemm_tune_stats();
   EXPECT_EQ(s.timed, 0);
   EXPECT_EQ(s.cache_hits, 0);
   EXPECT_EQ(s.files_written, 0);
@@ -143,34 +144,34 @@ TEST_F(GemmTuning, CacheRoundTripReusesWinnersWithoutTiming) {
   SKIP_WITHOUT_ONEDNN();
   const Program p = two_gemms();
   const Plan first = compile_with(p, CompileOptions::Tune::on);
-  k::GemmTuneStats s = k::gemm_tune_stats();
+  rt::GemmTuneStats s = rt::gemm_tune_stats();
   EXPECT_EQ(s.timed, 2);
   EXPECT_EQ(s.files_written, 1);
-  const std::string path = k::gemm_tuning_cache_path();
+  const std::string path = rt::gemm_tuning_cache_path();
   ASSERT_EQ(path.rfind(dir_ + "/milrt/gemm-tuning-", 0), 0u) << path;
   const json j = json::parse(read_text(path));
-  EXPECT_EQ(j["cpu"], k::cpu_model_name());
+  EXPECT_EQ(j["cpu"], rt::cpu_model_name());
   EXPECT_EQ(j["entries"].size(), 2u);
   std::printf("[gemm tuning] %s: %s\n", path.c_str(), j["entries"].dump().c_str());
 
   // A new process, as far as the tuner can tell: the file alone decides.
-  k::reset_gemm_tuning();
+  rt::reset_gemm_tuning();
   const Plan again = compile_with(p, CompileOptions::Tune::on);
-  s = k::gemm_tune_stats();
+  s = rt::gemm_tune_stats();
   EXPECT_EQ(s.timed, 0);
   EXPECT_EQ(s.cache_hits, 2);
   EXPECT_EQ(s.files_written, 0);
   EXPECT_EQ(kernels_of(again), kernels_of(first));
   const Plan ro = compile_with(p, CompileOptions::Tune::readonly);
   EXPECT_EQ(kernels_of(ro), kernels_of(first));
-  EXPECT_EQ(k::gemm_tune_stats().timed, 0);
+  EXPECT_EQ(rt::gemm_tune_stats().timed, 0);
 }
 
 TEST_F(GemmTuning, ReadonlyNeverTimesNorWrites) {
   const Plan plan = compile_with(two_gemms(), CompileOptions::Tune::readonly);
   EXPECT_FALSE(any_onednn(plan));  // a miss takes the fixed rule
-  EXPECT_EQ(k::gemm_tune_stats().timed, 0);
-  EXPECT_EQ(k::gemm_tune_stats().files_written, 0);
+  EXPECT_EQ(rt::gemm_tune_stats().timed, 0);
+  EXPECT_EQ(rt::gemm_tune_stats().files_written, 0);
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/milrt"));
 }
 
@@ -183,7 +184,7 @@ TEST_F(GemmTuning, EnvironmentDecidesByDefaultAndBadValuesAreOneLineErrors) {
   EXPECT_EQ(err.find('\n'), std::string::npos) << err;
   setenv("MILRT_TUNE", "off", 1);
   compile(two_gemms());
-  EXPECT_EQ(k::gemm_tune_stats().timed, 0);
+  EXPECT_EQ(rt::gemm_tune_stats().timed, 0);
   if (old) setenv("MILRT_TUNE", saved.c_str(), 1);
   else unsetenv("MILRT_TUNE");
 }
@@ -217,37 +218,37 @@ TEST_F(GemmTuning, BadCacheFilesAreIgnoredWithOneWarning) {
       {"wrong type", bad_type.dump()},
   };
   const Program p = two_gemms();
-  const std::string path = k::gemm_tuning_cache_path();
+  const std::string path = rt::gemm_tuning_cache_path();
   for (const auto& [what, text] : cases) {
     SCOPED_TRACE(what);
     write_text(path, text);
-    k::reset_gemm_tuning();
+    rt::reset_gemm_tuning();
     testing::internal::CaptureStderr();
     Plan plan = compile_with(p, CompileOptions::Tune::readonly);
     Plan twice = compile_with(p, CompileOptions::Tune::readonly);  // read once per process: no second warning
     const std::string err = testing::internal::GetCapturedStderr();
     EXPECT_FALSE(any_onednn(plan));  // the file's "onednn" winners were not used
-    EXPECT_EQ(k::gemm_tune_stats().warnings, 1);
+    EXPECT_EQ(rt::gemm_tune_stats().warnings, 1);
     EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
     EXPECT_NE(err.find("milrt: warning: ignoring the GEMM tuning cache " + path), std::string::npos) << err;
     EXPECT_EQ(read_text(path), text);  // readonly leaves it alone
   }
   // With tuning on, a bad file is replaced by a good one.
   write_text(path, "{\"format\": milrt");
-  k::reset_gemm_tuning();
+  rt::reset_gemm_tuning();
   testing::internal::CaptureStderr();
   compile_with(p, CompileOptions::Tune::on);
   testing::internal::GetCapturedStderr();
-  k::reset_gemm_tuning();
+  rt::reset_gemm_tuning();
   testing::internal::CaptureStderr();
   compile_with(p, CompileOptions::Tune::readonly);
   EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
-  EXPECT_EQ(k::gemm_tune_stats().cache_hits, 2);
+  EXPECT_EQ(rt::gemm_tune_stats().cache_hits, 2);
 }
 
 TEST_F(GemmTuning, CacheIsReplacedAtomicallyAndKeepsOtherEntries) {
   SKIP_WITHOUT_ONEDNN();
-  const std::string path = k::gemm_tuning_cache_path();
+  const std::string path = rt::gemm_tuning_cache_path();
   // An entry another process tuned (a shape this test never compiles).
   json other = json::parse(cache_for_two_gemms("own"));
   other["entries"] = {entry(1024, 1024, 1024, true, false, false, "onednn")};
@@ -274,7 +275,7 @@ TEST_F(GemmTuning, AnUnwritableCacheIsOneWarningNotAnError) {
   Plan plan = compile_with(two_gemms(), CompileOptions::Tune::on);
   const std::string err = testing::internal::GetCapturedStderr();
   EXPECT_EQ(plan.steps().size(), 2u);
-  EXPECT_EQ(k::gemm_tune_stats().files_written, 0);
+  EXPECT_EQ(rt::gemm_tune_stats().files_written, 0);
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
   EXPECT_NE(err.find("milrt: warning: could not write the GEMM tuning cache"), std::string::npos) << err;
 }
@@ -289,18 +290,18 @@ TEST_F(GemmTuning, ForcedWinnersMatchTheReference) {
   const TensorMap want = run_reference(p, "main", in);
   for (const std::string winner : {"onednn", "own"}) {
     SCOPED_TRACE(winner);
-    write_text(k::gemm_tuning_cache_path(), cache_for_two_gemms(winner));
-    k::reset_gemm_tuning();
+    write_text(rt::gemm_tuning_cache_path(), cache_for_two_gemms(winner));
+    rt::reset_gemm_tuning();
     Plan plan = compile_with(p, CompileOptions::Tune::readonly);
-    EXPECT_EQ(k::gemm_tune_stats().cache_hits, 2);
+    EXPECT_EQ(rt::gemm_tune_stats().cache_hits, 2);
     const std::vector<std::string> ks = kernels_of(plan);
     ASSERT_EQ(ks.size(), 2u);
     for (const std::string& s : ks) EXPECT_EQ(s.find("[onednn]") != std::string::npos, winner == "onednn") << s;
     expect_outputs_close(want, plan.run(in), 0, kFp32Tol, winner);
   }
   // Tuned for real: whichever wins, the same values.
-  std::filesystem::remove(k::gemm_tuning_cache_path());
-  k::reset_gemm_tuning();
+  std::filesystem::remove(rt::gemm_tuning_cache_path());
+  rt::reset_gemm_tuning();
   Plan tuned = compile_with(p, CompileOptions::Tune::on);
   std::printf("[gemm tuning] tuned kernels: %s, %s\n", kernels_of(tuned)[0].c_str(), kernels_of(tuned)[1].c_str());
   expect_outputs_close(want, tuned.run(in), 0, kFp32Tol, "tuned");
@@ -321,11 +322,11 @@ TEST_F(GemmTuning, DeterministicIsBitIdenticalAcrossThreadCounts) {
     // oneDNN winning everywhere, as far as the cache says: deterministic must not listen.
     json j = json::parse(cache_for_two_gemms("onednn"));
     j["entries"] = {entry(96, 160, 256, false, true, true, "onednn"), entry(96, 200, 256, false, false, false, "onednn")};
-    write_text(k::gemm_tuning_cache_path(), j.dump());
+    write_text(rt::gemm_tuning_cache_path(), j.dump());
   }
   Plan plan = compile_with(p, CompileOptions::Tune::on, /*deterministic=*/true);
   EXPECT_FALSE(any_onednn(plan));
-  EXPECT_EQ(k::gemm_tune_stats().timed, 0);
+  EXPECT_EQ(rt::gemm_tune_stats().timed, 0);
   const TensorMap in = random_inputs(p, 11);
   k::set_num_threads(1);
   const TensorMap one = plan.run(in);

@@ -67,7 +67,7 @@ struct CompileOptions {
   enum class MatmulPrecision { fp32, bf16 };
   MatmulPrecision matmul_precision = MatmulPrecision::fp32;
   // How each GEMM's backend (milrt's own kernels or oneDNN) is chosen
-  // (src/kernels/gemm_tuning.h): on times the candidates for each product
+  // (src/runtime/gemm_tuning.h): on times the candidates for each product
   // shape once and caches the winner per CPU model under the user's cache
   // directory; readonly uses cached winners only; off uses the fixed rule
   // (own kernels). from_env: MILRT_TUNE (unset: on). Plans tuned differently

@@ -1,6 +1,6 @@
 // Which implementation runs a plan's GEMM: milrt's own kernels (gemm.h) or
 // oneDNN (onednn/onednn_gemm.h). Chosen once per GEMM at plan compilation:
-// by measurement (gemm_tuning.h, MILRT_TUNE=on, the default), else by the
+// by measurement (runtime/gemm_tuning.h, MILRT_TUNE=on, the default), else by the
 // fixed rule below (MILRT_TUNE=off, a cache miss under readonly, and
 // CompileOptions::deterministic, which always takes the own kernels).
 //

@@ -12,11 +12,9 @@
 #include "milrt/ir.h"
 #include "milrt/plan.h"
 
-namespace milrt::kernels {
-class GemmTuner;
-}
-
 namespace milrt::rt {
+
+class GemmTuner;
 
 // How a value is stored inside a plan: fp32 for floats, int32 for integers,
 // one byte for bools (see plan.h).
@@ -63,8 +61,8 @@ class LowerCtx {
 
   // CompileOptions::matmul_precision == bf16: GEMM operands rounded to bf16.
   bool bf16_matmuls = false;
-  // Chooses each GEMM's backend (kernels/gemm_tuning.h); null: the fixed rule.
-  kernels::GemmTuner* gemm_tuner = nullptr;
+  // Chooses each GEMM's backend (runtime/gemm_tuning.h); null: the fixed rule.
+  GemmTuner* gemm_tuner = nullptr;
   // CompileOptions::numerics == fp16 (runtime/numerics.h): compile() rounds
   // each step's fp16 outputs; a lowering that computes several fp16 ops in
   // one step rounds its intermediates itself.

@@ -27,7 +27,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/generic/copy.h"
 #include "kernels/generic/round_f16.h"
-#include "kernels/gemm_tuning.h"
+#include "runtime/gemm_tuning.h"
 
 namespace milrt {
 namespace rt {
@@ -713,14 +713,14 @@ uint32_t Plan::trace_thread_id() {
   return id;
 }
 
-static kernels::TuneMode gemm_tune_mode(CompileOptions::Tune t) {
+static rt::TuneMode gemm_tune_mode(CompileOptions::Tune t) {
   switch (t) {
-    case CompileOptions::Tune::off: return kernels::TuneMode::off;
-    case CompileOptions::Tune::readonly: return kernels::TuneMode::readonly;
-    case CompileOptions::Tune::on: return kernels::TuneMode::on;
+    case CompileOptions::Tune::off: return rt::TuneMode::off;
+    case CompileOptions::Tune::readonly: return rt::TuneMode::readonly;
+    case CompileOptions::Tune::on: return rt::TuneMode::on;
     case CompileOptions::Tune::from_env: break;
   }
-  return kernels::tune_mode_from_env();
+  return rt::tune_mode_from_env();
 }
 
 Plan compile(const Program& program, const CompileOptions& options) {
@@ -938,7 +938,7 @@ Plan compile(const Program& program, const CompileOptions& options) {
   Lowerer lower(P);
   lower.bf16_matmuls = options.matmul_precision == CompileOptions::MatmulPrecision::bf16;
   lower.fp16_numerics = P.fp16;
-  kernels::GemmTuner gemm_tuner(gemm_tune_mode(options.tune), options.deterministic);
+  rt::GemmTuner gemm_tuner(gemm_tune_mode(options.tune), options.deterministic);
   lower.gemm_tuner = &gemm_tuner;
   for (auto& op : fn->ops) {
     if (op.type == "const") {

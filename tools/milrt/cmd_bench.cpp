@@ -6,7 +6,7 @@
 #include <random>
 
 #include "commands.h"
-#include "kernels/gemm_tuning.h"
+#include "runtime/gemm_tuning.h"
 #include "milrt/error.h"
 #include "milrt/mil.h"
 #include "milrt/npy.h"
@@ -75,15 +75,15 @@ void add_bench(CLI::App& app) {
     opts.numerics = numerics_cli();
     opts.function = function;
     for (auto& [name, t] : in) opts.input_shapes[name] = t.shape();
-    const kernels::GemmTuneStats tune0 = kernels::gemm_tune_stats();
+    const rt::GemmTuneStats tune0 = rt::gemm_tune_stats();
     auto c0 = std::chrono::steady_clock::now();
     Plan plan = compile(p, opts);
     double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
-    const kernels::GemmTuneStats tune1 = kernels::gemm_tune_stats();
+    const rt::GemmTuneStats tune1 = rt::gemm_tune_stats();
     const double tune_ms = tune1.tuning_ms - tune0.tuning_ms;
     if (tune1.timed > tune0.timed)
       std::printf("GEMM tuning: %lld product shapes timed in %.0f ms (part of the compile time; cache file %s)\n",
-                  (long long)(tune1.timed - tune0.timed), tune_ms, kernels::gemm_tuning_cache_path().c_str());
+                  (long long)(tune1.timed - tune0.timed), tune_ms, rt::gemm_tuning_cache_path().c_str());
     // Random inputs only once compile() has checked the plan (inputs
     // included) against the memory limit.
     std::mt19937 rng(1);

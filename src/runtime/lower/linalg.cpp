@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "kernels/gemm_backend.h"
-#include "kernels/gemm_tuning.h"
+#include "runtime/gemm_tuning.h"
 #include "kernels/onednn/onednn_gemm.h"
 #include "kernels/weight_gemm.h"
 #include "milrt/tensor.h"

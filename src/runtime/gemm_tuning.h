@@ -38,7 +38,7 @@
 #include "kernels/gemm.h"
 #include "kernels/gemm_backend.h"
 
-namespace milrt::kernels {
+namespace milrt::rt {
 
 enum class TuneMode : uint8_t { off, readonly, on };
 std::string_view tune_mode_name(TuneMode m);  // "off", "readonly", "on"
@@ -61,7 +61,8 @@ class GemmTuner {
   GemmTuner(TuneMode mode, bool deterministic);
   // The backend for C[M,N] = op(A)[M,K]·op(B)[K,N]. With deterministic and
   // MILRT_GEMM=onednn this throws (the two contradict each other).
-  GemmBackend choose(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b, GemmMath math, bool b_const);
+  kernels::GemmBackend choose(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b, kernels::GemmMath math,
+                              bool b_const);
   // Writes the winners timed by this compile (mode on) into the cache file.
   void flush();
 
@@ -85,4 +86,4 @@ GemmTuneStats gemm_tune_stats();
 // choose() reads the file again).
 void reset_gemm_tuning();
 
-}  // namespace milrt::kernels
+}  // namespace milrt::rt

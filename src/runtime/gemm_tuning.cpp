@@ -1,4 +1,4 @@
-#include "kernels/gemm_tuning.h"
+#include "runtime/gemm_tuning.h"
 
 #include <algorithm>
 #include <cctype>
@@ -24,7 +24,9 @@
 #include <cpuid.h>
 #endif
 
-namespace milrt::kernels {
+namespace milrt::rt {
+// Everything here times and caches kernels' GEMMs.
+using namespace milrt::kernels;
 namespace {
 
 using nlohmann::json;
@@ -388,4 +390,4 @@ void reset_gemm_tuning() {
   g_stats = {};
 }
 
-}  // namespace milrt::kernels
+}  // namespace milrt::rt
