@@ -100,9 +100,12 @@ std::string efficiency_report(const TrainTask& task, const TrainOptions& opt, co
     s += fmt::format("  throughput  {:9.0f} tokens/s\n", accum * double(task.tokens_per_microstep) / (step_ms / 1000));
   if (task.flops_per_microstep > 0 && step_ms > 0) {
     const double gflops = accum * task.flops_per_microstep / (step_ms / 1000) * 1e-9;
-    s += fmt::format("  useful      {:9.1f} GFLOP/s = {:.1f}% of the measured {} peak ({:.0f} GFLOP/s on {} thread{})\n",
-                     gflops, log.peak_gflops > 0 ? 100 * gflops / log.peak_gflops : 0, log.peak_kind, log.peak_gflops, log.threads,
-                     log.threads == 1 ? "" : "s");
+    if (log.peak_gflops > 0)
+      s += fmt::format("  useful      {:9.1f} GFLOP/s = {:.1f}% of the measured {} peak ({:.0f} GFLOP/s on {} thread{})\n",
+                       gflops, 100 * gflops / log.peak_gflops, log.peak_kind, log.peak_gflops, log.threads,
+                       log.threads == 1 ? "" : "s");
+    else
+      s += fmt::format("  useful      {:9.1f} GFLOP/s\n", gflops);
   }
   if (!log.family_ms.empty()) {  // TrainOptions::profile
     double sum = 0;

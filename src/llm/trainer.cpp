@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <fmt/format.h>
 
-#include "kernels/peak.h"
 #include "kernels/threads.h"
 #include "llm/checkpoint.h"
 #include "llm/train_report.h"
@@ -368,10 +367,8 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
     log.family_ms.push_back({"data", sum_from(t_data, profile_data) / n});
     std::stable_sort(log.family_ms.begin(), log.family_ms.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   }
-  // The ceiling of the arithmetic the step's products use.
-  const bool bf16 = opt.precision == CompileOptions::MatmulPrecision::bf16;
-  log.peak_kind = bf16 ? "bf16 dot" : "fp32 FMA";
-  log.peak_gflops = kernels::measure_peak_gflops(bf16 ? kernels::PeakKind::bf16_dot : kernels::PeakKind::fp32_fma, log.threads);
+  log.peak_kind = opt.precision == CompileOptions::MatmulPrecision::bf16 ? "bf16 dot" : "fp32 FMA";
+  log.peak_gflops = opt.peak_gflops;
   if (!opt.out_dir.empty()) {
     const std::string report = efficiency_report(task, opt, log);
     write_file_atomic((fs::path(opt.out_dir) / "report.txt").string(), report.data(), report.size());

@@ -88,6 +88,12 @@ struct TrainOptions {
   // than one runs; TrainLog gets the split per kernel family and the plans'
   // profiles. `trace` also keeps every step's run and the trainer's phases.
   bool profile = false, trace = false;
+  // The machine's arithmetic ceiling for the reports' utilisation figures
+  // (kernels::measure_peak_gflops of the kind the step's products use, fp32
+  // FMA or bf16 dot, on the training threads), measured by the caller when it
+  // wants those figures: about 0.6 s, so train() does not pay it on every
+  // call. 0 leaves utilisation out of the reports.
+  double peak_gflops = 0;
 };
 
 // Per-step figures, and the split of the time a report shows.

@@ -58,6 +58,7 @@ void add_bench_train(CLI::App& bench) {
     t.profile = profile_flags().on();
     t.trace = !profile_flags().trace.empty();
     t.precision = precision == "bf16" ? CompileOptions::MatmulPrecision::bf16 : CompileOptions::MatmulPrecision::fp32;
+    t.peak_gflops = profile_peak_gflops(precision == "bf16");
     llm::TrainLog log = llm::train(task, t, weights);
     const double step_ms = log.ms_fwd_bwd + log.ms_data + log.ms_optimizer / double(accum);
     const double gflops = task.flops_per_microstep / (step_ms / 1000) * 1e-9;

@@ -132,6 +132,8 @@ llm::TrainOptions train_options(const Args& a) {
   // fp16 is the task's program (fp16 compute, loss scaling); its matrix
   // products are the plan's fp32 ones on fp16-rounded operands.
   t.precision = a.precision == "bf16" ? CompileOptions::MatmulPrecision::bf16 : CompileOptions::MatmulPrecision::fp32;
+  // The reports' utilisation is against the peak measured in this run.
+  t.peak_gflops = profile_peak_gflops(a.precision == "bf16");
   return t;
 }
 

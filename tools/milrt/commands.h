@@ -59,7 +59,7 @@ void add_profile_options(CLI::App& cmd);
 // The flags given; the first call with --trace checks that FILE can be
 // written (an Error otherwise), so commands call it before any work.
 const ProfileFlags& profile_flags();
-// The measured peak the tables divide by (all threads).
+// The measured peak (all threads) that profile tables and training reports divide by.
 double profile_peak_gflops(bool bf16);
 // With --profile the plan's table on stderr; with --trace its events to FILE.
 void report_profile(const Plan& plan, const std::string& title);
