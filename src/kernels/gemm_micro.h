@@ -66,6 +66,12 @@ struct KernelSet {
   int mc;       // M block (multiple of mr): an MC×KC slice of A stays in L2
   int nc;       // N block (multiple of nr): the unit a thread will take
   MicroKernel micro;
+  int a_align = 0;  // bytes: A is used in place only if its start and row stride are multiples (0: any)
+  // Run by the driver on the thread around each task (a block of C and its
+  // micro-kernel calls, with no other code in between): per-thread state such
+  // as an AMX tile configuration is set up once here, not in every call.
+  void (*task_begin)() = nullptr;
+  void (*task_end)() = nullptr;
 };
 
 extern const KernelSet kGenericF32;
@@ -73,6 +79,7 @@ extern const KernelSet kGenericF32;
 extern const KernelSet kAvx2F32;
 extern const KernelSet kAvx512F32;
 extern const KernelSet kAvx512Bf16;
+extern const KernelSet kAmxBf16;
 #endif
 
 }  // namespace milrt::kernels::detail

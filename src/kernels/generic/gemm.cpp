@@ -268,9 +268,12 @@ struct PreparedA {
 PreparedA prepare_a(const MatrixRef& a, int64_t M, int64_t K, const KernelSet& ks, bool round) {
   const bool f32 = ks.format == PackFormat::f32;
   const ElemType want = f32 ? ElemType::f32 : ElemType::bf16;
+  const int64_t row_bytes = a.ld * int64_t(elem_bytes(a.type));
   // Rows 4 KiB apart share L1 sets: an MR-row tile would evict itself.
-  const bool aliasing = M > 1 && (a.ld * int64_t(elem_bytes(a.type))) % 4096 == 0;
-  const bool usable = a.type == want && !a.trans && !(f32 && round) && (f32 || K % 2 == 0) && !aliasing;
+  const bool aliasing = M > 1 && row_bytes % 4096 == 0;
+  const bool aligned = ks.a_align == 0 || (reinterpret_cast<uintptr_t>(a.data) % ks.a_align == 0 &&
+                                           (M == 1 || row_bytes % ks.a_align == 0));
+  const bool usable = a.type == want && !a.trans && !(f32 && round) && (f32 || K % 2 == 0) && !aliasing && aligned;
   if (usable || M == 0) return {a.data, a.ld};
   const int64_t Kp = packed_k(ks.format, K);
   const int64_t ld = round_up(std::max<int64_t>(Kp, 1), 32) + 64 / int64_t(format_bytes(ks.format));
@@ -297,7 +300,7 @@ struct Operands {
   Epilogue ep;
 };
 
-constexpr int kMaxMr = 16, kMaxNr = 64;  // bounds on every KernelSet's mr and nr (staging buffers)
+constexpr int kMaxMr = 32, kMaxNr = 64;  // bounds on every KernelSet's mr and nr (staging buffers)
 
 // Stores one finished tile; edge tiles narrower than NR go through a
 // full-width staging buffer so micro-kernels only ever store whole vectors.
@@ -388,6 +391,7 @@ void run_blocked(const KernelSet& ks, const Operands& op) {
     float* acc = k_blocks > 1 ? static_cast<float*>(t_scratch.acc.get(size_t(mc) * ld_acc * sizeof(float)))
                               : nullptr;
     const std::byte* bblk = bdata + size_t(jc) * Kp * fb;  // jc is a multiple of nr: whole panels
+    if (ks.task_begin) ks.task_begin();
     for (int64_t kb = 0; kb < k_blocks; ++kb) {
       const int64_t pc = kb * ks.kc;
       const int64_t kcb = std::min<int64_t>(ks.kc, K - pc);
@@ -410,6 +414,7 @@ void run_blocked(const KernelSet& ks, const Operands& op) {
         }
       }
     }
+    if (ks.task_end) ks.task_end();
   };
   if (threads <= 1) {
     for (int64_t t = 0; t < tasks; ++t) task(t);
@@ -449,9 +454,9 @@ const KernelSet& kernel_set(Isa isa, GemmMath math) {
 #if defined(__x86_64__)
   switch (isa) {
     case Isa::amx:
-      // Extension point: AMX tile kernels (tdpbf16ps on 16×32 bf16 tiles, B
-      // packed in the tile layout) belong here as KernelSets of their own. Until
-      // they exist, AMX machines run the AVX-512 kernels.
+      // AMX multiplies bf16 only: fp32 math stays on the AVX-512 kernels.
+      if (math == GemmMath::bf16 && cpu_features().amx_bf16) return detail::kAmxBf16;
+      [[fallthrough]];
     case Isa::avx512:
       return math == GemmMath::bf16 && cpu_features().avx512_bf16 ? detail::kAvx512Bf16 : detail::kAvx512F32;
     case Isa::avx2: return detail::kAvx2F32;

@@ -1,0 +1,168 @@
+// AMX bf16 GEMM micro-kernel: 32×32 register tiles as four 16×16 fp32 tiles
+// (tmm0-3), fed by two A tiles (tmm4-5: 16 rows × 16 k pairs) and two B tiles
+// (tmm6-7). The bf16_pairs B panel with NR = 32 already is two B tiles side by
+// side (a pair row is 128 bytes: tile 0 its first 64, tile 1 the rest), and A
+// rows of bf16 along k are A tiles as they lie, so nothing is repacked.
+//
+// AMX takes whole 16-pair k steps of whole 16-row groups. The rest goes to
+// the AVX-512 bf16 micro-kernel through the same MicroArgs contract: rows
+// past the last full group, the k tail (ksteps % 16, only in the last K block
+// since KC is a multiple of 32), and the epilogue, which it applies to the
+// AMX sums after adding its own tail products. Reading a partial tile would
+// run past A's rows or K (into NaN padding, or out of the buffer), and the
+// shared path keeps one epilogue implementation.
+//
+// Built with -mamx-tile/-mamx-bf16 (CMakeLists.txt) and only run when
+// cpu_features() reports AMX usable, which includes Linux's permission for
+// tile data (see the rule in gemm_micro.h).
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include <cstddef>
+
+#include "kernels/gemm_micro.h"
+
+namespace milrt::kernels::detail {
+namespace {
+
+constexpr int kMr = 32, kNr = 32;
+constexpr int kGroup = 16;       // rows of an A or C tile
+constexpr int64_t kTileK = 16;   // k pairs of an A or B tile (64 bytes of bf16 per row)
+
+// LDTILECFG's 64-byte operand (palette 1): every tile 16 rows × 64 bytes.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+constexpr TileConfig kConfig{};
+
+// The AVX-512 kernel on rows [r0, r0 + rows) of p's tile, in slices of at
+// most its mr rows. acc/ld_acc/load_acc/ksteps/a/b are given already offset to
+// the first k; row offsets are applied here.
+void avx512_rows(const MicroArgs& p, int r0, int rows) {
+  const KernelSet& ks = kAvx512Bf16;
+  for (int r = r0; r < r0 + rows; r += ks.mr) {
+    MicroArgs q = p;
+    q.m = rows - (r - r0) < ks.mr ? rows - (r - r0) : ks.mr;
+    q.a = static_cast<const uint16_t*>(p.a) + r * p.lda;
+    q.acc = p.acc ? p.acc + r * p.ld_acc : nullptr;
+    TileStore o;
+    if (p.out) {
+      o = *p.out;
+      const int cs = o.c_type == ElemType::f32 ? 4 : 2, rs = o.res_type == ElemType::f32 ? 4 : 2;
+      o.c = static_cast<std::byte*>(o.c) + r * o.ldc * cs;
+      if (o.res) o.res = static_cast<const std::byte*>(o.res) + r * o.ldr * rs;
+      q.out = &o;
+    }
+    ks.micro(q);
+  }
+}
+
+// Row group g's C tiles are tmm(2g) (columns 0-15) and tmm(2g+1) (16-31);
+// its A tile is tmm(4+g); tmm6/7 hold the B tiles. The intrinsics paste the
+// tile number into the instruction text, so every number is a literal.
+// The tiles are configured once per driver task (KernelSet::task_begin)
+// rather than per call: LDTILECFG costs 52 ns (15% of a 32×32×512 tile), and
+// checking the current configuration with STTILECFG waits for every tile
+// instruction in flight. Releasing at the task's end leaves the thread as it
+// was for other AMX code (oneDNN's), and saves 8 KiB per context switch.
+void task_begin() { _tile_loadconfig(&kConfig); }
+void task_end() { _tile_release(); }
+
+template <int Groups>
+void amx_groups(const MicroArgs& p, int64_t steps, float* acc, int64_t ld_acc) {
+  if (p.load_acc) {
+    const int64_t ld = p.ld_acc * 4;
+    _tile_loadd(0, p.acc, ld);
+    _tile_loadd(1, p.acc + 16, ld);
+    if constexpr (Groups == 2) {
+      _tile_loadd(2, p.acc + kGroup * p.ld_acc, ld);
+      _tile_loadd(3, p.acc + kGroup * p.ld_acc + 16, ld);
+    }
+  } else {
+    _tile_zero(0);
+    _tile_zero(1);
+    if constexpr (Groups == 2) {
+      _tile_zero(2);
+      _tile_zero(3);
+    }
+  }
+  const auto* a = static_cast<const uint16_t*>(p.a);
+  const auto* b = static_cast<const uint16_t*>(p.b);
+  const int64_t a_stride = p.lda * 2, b_stride = 2 * kNr * 2;
+  for (int64_t s = 0; s < steps; ++s) {
+    const uint16_t* bk = b + s * kTileK * 2 * kNr;
+    const uint16_t* ak = a + s * kTileK * 2;
+    _tile_loadd(6, bk, b_stride);
+    _tile_loadd(7, bk + kNr, b_stride);
+    _tile_loadd(4, ak, a_stride);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    if constexpr (Groups == 2) {
+      _tile_loadd(5, ak + kGroup * p.lda, a_stride);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  const int64_t ld = ld_acc * 4;
+  _tile_stored(0, acc, ld);
+  _tile_stored(1, acc + 16, ld);
+  if constexpr (Groups == 2) {
+    _tile_stored(2, acc + kGroup * ld_acc, ld);
+    _tile_stored(3, acc + kGroup * ld_acc + 16, ld);
+  }
+}
+
+// The epilogue is the identity into fp32 C: the sums can go straight from
+// the tiles to C. (The AVX-512 epilogue pass costs ~200 ns per 32×32 tile on
+// SPR, a third of the tile's products at K = 768.)
+bool plain_f32_store(const TileStore* o) {
+  return o && o->c_type == ElemType::f32 && o->alpha == 1 && !o->bias && o->act == Activation::none && !o->res;
+}
+
+void micro_amx(const MicroArgs& p) {
+  const int64_t steps = p.ksteps / kTileK;
+  const int groups = steps > 0 ? p.m / kGroup : 0;
+  const int amx_rows = groups * kGroup;
+  if (amx_rows < p.m) avx512_rows(p, amx_rows, p.m - amx_rows);
+  if (groups == 0) return;
+
+  const int64_t done = steps * kTileK;
+  if (done == p.ksteps && plain_f32_store(p.out)) {
+    auto* c = static_cast<float*>(p.out->c);
+    if (groups == 2) amx_groups<2>(p, steps, c, p.out->ldc);
+    else amx_groups<1>(p, steps, c, p.out->ldc);
+    return;
+  }
+  // Where the AMX sums go: the driver's accumulator when there is one, else
+  // (a single K block) a tile of our own that the AVX-512 pass finishes.
+  alignas(64) float own[kMr * kNr];
+  float* acc = p.acc ? p.acc : own;
+  const int64_t ld_acc = p.acc ? p.ld_acc : kNr;
+  if (groups == 2) amx_groups<2>(p, steps, acc, ld_acc);
+  else amx_groups<1>(p, steps, acc, ld_acc);
+  if (done == p.ksteps && !p.out) return;
+
+  MicroArgs rest = p;
+  rest.ksteps = p.ksteps - done;
+  rest.a = static_cast<const uint16_t*>(p.a) + 2 * done;
+  rest.b = static_cast<const uint16_t*>(p.b) + done * 2 * kNr;
+  rest.acc = acc;
+  rest.ld_acc = ld_acc;
+  rest.load_acc = true;
+  avx512_rows(rest, 0, amx_rows);
+}
+
+}  // namespace
+
+// KC 512 (a multiple of 32, so only the last K block has a k tail): the B
+// panel is 32 KiB of SPR's 48 KiB L1; MC·KC of A (256 KiB) stays in L2.
+// A rows must be 64-byte aligned (else the driver packs A): tile loads of
+// rows that straddle cache lines run at a third of the speed.
+constinit const KernelSet kAmxBf16 = {"amx-bf16", PackFormat::bf16_pairs, kMr, kNr, 512, 256, 512, micro_amx, 64, task_begin, task_end};
+
+}  // namespace milrt::kernels::detail
+#endif
