@@ -1,6 +1,8 @@
 // GEMM section of `milrt bench kernels`: own fp32 and bf16-math kernels with
 // a pre-packed constant B (as a plan runs them) against oneDNN's matmul with a
 // constant (reordered) B and OpenBLAS sgemm, all on the same A, W and C.
+// Rows also carry "own_bf16_isa" (the path own_bf16 ran) and, where that is
+// amx, "own_bf16_avx512": the AVX-512 bf16 kernel on the same operands.
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -74,7 +76,7 @@ nlohmann::json bench_gemm(const Options& o, const nlohmann::json& ceilings, cons
   const std::vector<int64_t> ms = o.quick ? std::vector<int64_t>{256} : std::vector<int64_t>{256, 512};
   const size_t shapes = o.quick ? 2 : std::size(kShapes);
   const OpenBlas* blas = OpenBlas::get();
-  const char* columns[] = {"own_fp32", "own_bf16", "onednn_fp32", "onednn_bf16", "openblas"};
+  const char* columns[] = {"own_fp32", "own_bf16", "own_bf16_avx512", "onednn_fp32", "onednn_bf16", "openblas"};
   nlohmann::json rows = nlohmann::json::array();
   for (size_t s = 0; s < shapes; ++s) {
     const auto [n, k, what] = kShapes[s];
@@ -85,10 +87,14 @@ nlohmann::json bench_gemm(const Options& o, const nlohmann::json& ceilings, cons
     // B = Wᵀ: W [N,K] row-major read transposed, the layout of a linear layer's weight.
     const PackedB own32(MatrixRef{w.data(), ElemType::f32, k, true}, k, n, GemmMath::fp32);
     const PackedB own16(MatrixRef{wb.data(), ElemType::bf16, k, true}, k, n, GemmMath::bf16);
+    // On AMX machines own_bf16 runs the AMX kernel; the AVX-512 one it replaced is timed beside it.
+    std::optional<PackedB> own16_avx512;
+    if (current_isa() == Isa::amx)
+      own16_avx512.emplace(MatrixRef{wb.data(), ElemType::bf16, k, true}, k, n, GemmMath::bf16, Isa::avx512);
     for (int64_t m : ms) {
       std::vector<float> a(size_t(m * k)), c(size_t(m * n));
       fill_uniform(a.data(), a.size(), 7);
-      nlohmann::json row = {{"m", m}, {"n", n}, {"k", k}, {"what", what}};
+      nlohmann::json row = {{"m", m}, {"n", n}, {"k", k}, {"what", what}, {"own_bf16_isa", std::string(isa_name(current_isa()))}};
       std::string impl32, impl16;
       auto dnn32 = make_onednn(m, n, k, w.data(), ElemType::f32, GemmMath::fp32, impl32);
       auto dnn16 = make_onednn(m, n, k, wb.data(), ElemType::bf16, GemmMath::bf16, impl16);
@@ -104,6 +110,8 @@ nlohmann::json bench_gemm(const Options& o, const nlohmann::json& ceilings, cons
         nlohmann::json e;
         e["own_fp32"] = figure("gflops", gflops([&] { gemm(m, ar, own32, out); }), p32);
         e["own_bf16"] = figure("gflops", gflops([&] { gemm(m, ar, own16, out); }), p16);
+        e["own_bf16_avx512"] = own16_avx512 ? figure("gflops", gflops([&] { gemm(m, ar, *own16_avx512, out); }), p16)
+                                             : nlohmann::json(nullptr);
         e["onednn_fp32"] =
             dnn32 ? figure("gflops", gflops([&] { dnn32->run(a.data(), nullptr, out, nullptr, nullptr); }), p32)
                   : nlohmann::json(nullptr);
