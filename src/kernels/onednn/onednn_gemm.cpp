@@ -14,6 +14,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "kernels/bf16_bits.h"
 #include "kernels/grow_buffer.h"
 #include "kernels/threads.h"
 #include "milrt/dtype.h"
@@ -87,17 +88,24 @@ ThreadBuffers& thread_buffers() {
 
 // Copies a stored rows×len matrix (row stride `ld`) into a dense one of the
 // other operand type: bf16 -> f32 exactly, f32 -> bf16 nearest-even (the rounding
-// GemmMath::bf16 defines, done here so it does not depend on oneDNN's).
+// GemmMath::bf16 defines, done here so it does not depend on oneDNN's). On
+// num_threads() threads: for a training step's activations and weights
+// (about a million elements per GEMM) a single-threaded scalar loop cost
+// more than oneDNN's AMX product itself.
 void convert_dense(const void* src, ElemType from, int64_t rows, int64_t len, int64_t ld, void* dst) {
+  const int threads = rows * len >= (int64_t(1) << 16) && !omp_in_parallel() ? num_threads() : 1;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
   for (int64_t r = 0; r < rows; ++r) {
     if (from == ElemType::bf16) {
       const uint16_t* s = static_cast<const uint16_t*>(src) + r * ld;
       float* d = static_cast<float*>(dst) + r * len;
-      for (int64_t c = 0; c < len; ++c) d[c] = bf16_to_f32(s[c]);
+#pragma omp simd
+      for (int64_t c = 0; c < len; ++c) d[c] = bf16_bits_to_f32(s[c]);
     } else {
       const float* s = static_cast<const float*>(src) + r * ld;
       uint16_t* d = static_cast<uint16_t*>(dst) + r * len;
-      for (int64_t c = 0; c < len; ++c) d[c] = f32_to_bf16(s[c]);
+#pragma omp simd
+      for (int64_t c = 0; c < len; ++c) d[c] = f32_to_bf16_bits(s[c]);
     }
   }
 }
