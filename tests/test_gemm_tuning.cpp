@@ -351,16 +351,6 @@ TEST_F(GemmTuning, DeterministicIsBitIdenticalAcrossThreadCounts) {
 
 // ---- the CLI: --precision bf16 and --deterministic on run and bench ----
 
-double bf16_round(double v) {
-  const float f = float(v);
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-  float r;
-  std::memcpy(&r, &u, 4);
-  return r;
-}
-
 TEST_F(GemmTuning, CliPrecisionBf16IsWithinBf16RoundingOfAnFp64Reference) {
   constexpr int64_t M = 16, N = 24, K = 96;
   const Tensor w = random(DType::FP32, {N, K}, 21), x = random(DType::FP32, {M, K}, 22);

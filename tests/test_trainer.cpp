@@ -181,6 +181,39 @@ TEST(Trainer, Bf16TrainingLearnsLikeFp32) {
 // --recompute on the tiny Llama: the training step keeps fewer bytes in its
 // arena and computes the same gradients (within fp32 reassociation: fusion
 // may group the repeated ops differently).
+// The weights are stable plan inputs: GEMMs keep them packed between
+// optimizer steps. Packing on every use instead must give the same bits (the
+// same kernels sum in the same order); a missed repack after an update would
+// leave later steps computing with stale weights and the losses would part.
+TEST(Trainer, WeightsPackedOncePerUpdateGiveTheSameBits) {
+  std::string dir = temp_dir("trainer_stable");
+  std::shared_ptr<const Tokenizer> tok = byte_tokenizer();
+  for (auto precision : {CompileOptions::MatmulPrecision::fp32, CompileOptions::MatmulPrecision::bf16}) {
+    SCOPED_TRACE(precision == CompileOptions::MatmulPrecision::bf16 ? "bf16" : "fp32");
+    std::vector<TrainLog> logs;
+    std::vector<TensorMap> weights;
+    for (bool stable : {true, false}) {
+      TrainTask task = llama_task(tiny_llama_config(), tok, tiny_task_options(dir));
+      TensorMap w = init_llama_weights(tiny_llama_config(), 5).tensors;
+      TrainOptions opt = tiny_train_options(4);
+      opt.accum = 2;
+      opt.eval_every = 2;
+      opt.precision = precision;
+      opt.stable_weights = stable;
+      logs.push_back(train(task, opt, w));
+      weights.push_back(w);
+    }
+    ASSERT_EQ(logs[0].rows.size(), 4u);
+    for (size_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(logs[0].rows[i].loss, logs[1].rows[i].loss) << "step " << i + 1;
+      if (!std::isnan(logs[1].rows[i].val_loss)) EXPECT_EQ(logs[0].rows[i].val_loss, logs[1].rows[i].val_loss);
+    }
+    EXPECT_NE(logs[0].rows[0].loss, logs[0].rows[3].loss) << "the weights must have changed";
+    for (auto& [name, t] : weights[1])
+      ASSERT_EQ(std::memcmp(t.data(), weights[0].at(name).data(), t.nbytes()), 0) << name;
+  }
+}
+
 TEST(Trainer, RecomputeShrinksTheArenaWithSameGradients) {
   // Activations, not the logits, dominate memory here (small vocabulary).
   LlamaConfig cfg = tiny_llama_config();

@@ -127,6 +127,16 @@ struct CompileOptions {
   // taps the plan is exactly the untapped one. compile() throws an Error
   // naming the value and the function for a name it cannot tap.
   std::vector<std::string> taps;
+  // Inputs whose values stay the same from run to run until the caller says
+  // they changed: the weights of a training step between optimizer updates.
+  // A GEMM whose B operand is one of them keeps B converted and packed in
+  // its kernel's layout (bf16 pairs, oneDNN's blocked layout) across runs,
+  // and packs it again only in the first run after Plan::inputs_changed(),
+  // after the input is bound again, or in run(inputs), which always repacks.
+  // Writing into a stable input's bound memory without calling
+  // inputs_changed() leaves the plan computing with the values it packed
+  // last. A name that is not an input of the function is an error.
+  std::vector<std::string> stable_inputs;
 };
 
 // Throws the Error compile() throws when CompileOptions::taps names a value
@@ -233,6 +243,9 @@ class Plan {
   void bind_input(const std::string& name, const Tensor& t);
   // Runs on the bound memory; every input must be bound.
   void run();
+  // The values of CompileOptions::stable_inputs may have changed in bound
+  // memory (an optimizer step wrote them): the next run packs them again.
+  void inputs_changed();
   // How a value of declared dtype `d` is stored (what bind() expects).
   static DType storage_dtype(DType d);
   // The dtypes bind() takes for a port of declared dtype `d` in this plan:

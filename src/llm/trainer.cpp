@@ -147,9 +147,14 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
   CompileOptions step_options;
   step_options.function = go.function + "_grad";
   step_options.matmul_precision = opt.precision;
+  // The weights change only in the optimizer step: GEMMs keep them packed
+  // across the micro-steps in between (inputs_changed() after each update).
+  if (opt.stable_weights)
+    for (const WeightSpec& w : task.weights) step_options.stable_inputs.push_back(w.name);
   Plan step_plan = compile(derived, step_options);
   CompileOptions eval_options;
   eval_options.matmul_precision = opt.precision;
+  eval_options.stable_inputs = step_options.stable_inputs;
   Plan eval_plan = compile(task.program, eval_options);
   const double compile_ms = ms_since(compile_start);
   if (opt.on_compiled) opt.on_compiled(step_plan, eval_plan, compile_ms);
@@ -291,6 +296,8 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
       }
     } else {
       grad_norm = adamw.step(weights, grads);
+      step_plan.inputs_changed();
+      eval_plan.inputs_changed();
       if (scaling && ++ls.good_steps >= opt.loss_scale_window) ls.scale *= 2, ls.good_steps = 0;
     }
     t_opt.push_back(ms_since(t0));

@@ -94,6 +94,11 @@ struct TrainOptions {
   // wants those figures: about 0.6 s, so train() does not pay it on every
   // call. 0 leaves utilisation out of the reports.
   double peak_gflops = 0;
+  // The weights are stable plan inputs (CompileOptions::stable_inputs): the
+  // GEMMs convert and pack each weight once per optimizer step, not once per
+  // micro-step and use. false packs on every use (the same results, slower:
+  // for checks).
+  bool stable_weights = true;
 };
 
 // Per-step figures, and the split of the time a report shows.

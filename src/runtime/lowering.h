@@ -67,6 +67,13 @@ class LowerCtx {
   // each step's fp16 outputs; a lowering that computes several fp16 ops in
   // one step rounds its intermediates itself.
   bool fp16_numerics = false;
+  // CompileOptions::stable_inputs: whether value `id` is one of them (or a
+  // view of one), and a counter the plan changes whenever their values may
+  // have changed. A step that caches something derived from such a value
+  // keeps the counter's value it was derived at and derives it again when
+  // the counter (or the value's address) differs.
+  virtual bool stable_input(int id) const { (void)id; return false; }
+  const uint64_t* stable_generation = nullptr;
 };
 
 using LowerFn = std::unique_ptr<Step> (*)(const Op& op, LowerCtx& ctx);

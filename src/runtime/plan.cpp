@@ -193,6 +193,10 @@ struct Plan::Impl {
   std::vector<std::unique_ptr<rt::Step>> steps;
   std::vector<Port> inputs, outputs, states;
   std::vector<int> input_ids, output_ids, state_ids;
+  // CompileOptions::stable_inputs: per input, and the counter steps compare
+  // their packed copies against (changed by bind, run(inputs), inputs_changed).
+  std::vector<bool> input_stable;
+  uint64_t stable_generation = 1;
   std::vector<void*> input_bound, output_bound;   // zero-copy bindings (nullptr: none)
   // CompileOptions::numerics fp16: fp16 values rounded, fp16 binds converted
   // at the edge. The dtype of each binding's memory.
@@ -471,6 +475,12 @@ class Lowerer final : public rt::LowerCtx {
     return nullptr;
   }
   void note_const_op(const std::string& name, const Tensor* t) { const_ops_[name] = t; }
+  bool stable_input(int id) const override {
+    while (p_.vals[size_t(id)].kind == Plan::Impl::Kind::View) id = p_.vals[size_t(id)].alias;
+    for (size_t i = 0; i < p_.input_ids.size(); ++i)
+      if (p_.input_ids[i] == id) return p_.input_stable[i];
+    return false;
+  }
 
  private:
   Plan::Impl& p_;
@@ -938,6 +948,14 @@ Plan compile(const Program& program, const CompileOptions& options) {
   Lowerer lower(P);
   lower.bf16_matmuls = options.matmul_precision == CompileOptions::MatmulPrecision::bf16;
   lower.fp16_numerics = P.fp16;
+  P.input_stable.assign(P.inputs.size(), false);
+  for (const std::string& name : options.stable_inputs) {
+    const auto it = std::find_if(P.inputs.begin(), P.inputs.end(), [&](const Plan::Port& port) { return port.name == name; });
+    if (it == P.inputs.end())
+      throw Error("error: stable input '" + name + "' is not an input of function '" + fn->name + "'");
+    P.input_stable[size_t(it - P.inputs.begin())] = true;
+  }
+  lower.stable_generation = &P.stable_generation;
   rt::GemmTuner gemm_tuner(gemm_tune_mode(options.tune), options.deterministic);
   lower.gemm_tuner = &gemm_tuner;
   for (auto& op : fn->ops) {
@@ -1065,6 +1083,7 @@ TensorMap Plan::run(const TensorMap& in) {
                   " but the plan was compiled for " + shape_str(port.shape));
     if (it->second.dtype() == DType::String) throw Error("error: input '" + port.name + "' is a string tensor");
   }
+  ++P.stable_generation;  // the inputs are copied into plan buffers: new values
   P.set_io_pointers(false);
   struct Restore {
     Impl& p;
@@ -1109,6 +1128,7 @@ void Plan::bind(const std::string& name, void* data, DType dtype) {
     if (P.inputs[i].name == name) {
       P.input_bound_dtype[i] = check("input", P.inputs[i], P.input_ids[i]);
       P.input_bound[i] = data;
+      if (P.input_stable[i]) ++P.stable_generation;
       found = true;
     }
   for (size_t i = 0; i < P.outputs.size(); ++i)
@@ -1151,6 +1171,8 @@ void Plan::bind_input(const std::string& name, const Tensor& t) {
 }
 
 void Plan::unbind(const std::string& name) { bind(name, nullptr, DType::FP32); }
+
+void Plan::inputs_changed() { ++impl_->stable_generation; }
 
 void Plan::run() {
   Impl& P = *impl_;

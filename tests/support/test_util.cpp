@@ -1,3 +1,4 @@
+#include <cstring>
 #include "support/test_util.h"
 
 #include <unistd.h>
@@ -80,6 +81,16 @@ std::string temp_dir(const std::string& tag) {
   std::filesystem::create_directories(base);
   made.push_back(base.string());
   return base.string();
+}
+
+double bf16_round(double v) {
+  const float f = float(v);
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  float r;
+  std::memcpy(&r, &u, 4);
+  return r;
 }
 
 }  // namespace milrt::test

@@ -78,4 +78,8 @@ inline std::string error_of(const std::function<void()>& f) {
   return "<no error>";
 }
 
+// v rounded to the nearest-even bf16 (as GemmMath::bf16 rounds operands), in
+// double: for fp64 references of bf16 products. Finite values only.
+double bf16_round(double v);
+
 }  // namespace milrt::test

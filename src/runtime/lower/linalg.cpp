@@ -178,6 +178,50 @@ std::shared_ptr<std::vector<kernels::OnednnGemm>> onednn_gemms(kernels::OnednnGe
   }
 }
 
+// A variable B that is a stable input (CompileOptions::stable_inputs: the
+// weights of a training step): packed on the first run and again only when
+// the plan's counter or B's address changed, so the micro-steps between two
+// optimizer updates convert and pack each weight once instead of per call.
+struct StableB {
+  kernels::OnednnGemmDesc desc;   // oneDNN chosen: the description to build B-constant primitives from
+  bool onednn = false;
+  kernels::GemmMath math = kernels::GemmMath::fp32;
+  int64_t k = 0, n = 0, ldb = 0, batches = 1;
+  bool ty = false;
+  uint64_t generation = 0;        // 0: never packed (the plan's counter starts at 1)
+  const float* src = nullptr;
+  std::vector<kernels::PackedB> packed;
+  std::vector<kernels::OnednnGemm> prims;
+
+  void refresh(const float* b, uint64_t now) {
+    if (generation == now && src == b) return;
+    packed.clear();
+    prims.clear();
+    for (int64_t bi = 0; bi < batches; ++bi) {
+      const kernels::MatrixRef ref{b + bi * k * n, kernels::ElemType::f32, ldb, ty};
+      if (onednn) {
+        try {
+          kernels::OnednnGemmDesc d = desc;
+          d.b = ref;
+          d.b_const = true;
+          prims.emplace_back(d);
+          continue;
+        } catch (const Error&) {
+          // No fast oneDNN kernel for a constant B of this description:
+          // the own kernels serve this product from now on.
+          onednn = false;
+          prims.clear();
+          bi = -1;
+          continue;
+        }
+      }
+      packed.emplace_back(ref, k, n, math);
+    }
+    generation = now;
+    src = b;
+  }
+};
+
 }  // namespace
 
 std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering& gl) {
@@ -265,8 +309,25 @@ std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering
     }
   }
 
-  std::string kernel =
-      compact ? "gemm[" + compact->name + "]" : packed || (onednn && w) ? "gemm[B packed]" : "gemm";
+  // A stable variable B: packed at run time, once per change of its values.
+  std::shared_ptr<StableB> stable;
+  if (!w && !compact && ctx.stable_generation && ctx.stable_input(y.id)) {
+    stable = std::make_shared<StableB>();
+    stable->onednn = onednn != nullptr;
+    if (onednn) stable->desc = onednn->front().desc();
+    stable->math = math;
+    stable->k = k;
+    stable->n = n;
+    stable->ldb = g.ty ? k : n;
+    stable->ty = g.ty;
+    stable->batches = g.y_batches;
+  }
+  const uint64_t* generation = ctx.stable_generation;
+
+  std::string kernel = compact                             ? "gemm[" + compact->name + "]"
+                       : packed || (onednn && w)           ? "gemm[B packed]"
+                       : stable                            ? "gemm[B packed per change]"
+                                                           : "gemm";
   if (ctx.bf16_matmuls && !compact) kernel += "[bf16]";
   if (onednn) kernel += "[onednn]";
   if (gl.alpha != 1) kernel += "+alpha";
@@ -292,6 +353,21 @@ std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering
     if (compact) {
       ep.residual = res;
       kernels::weight_gemm(m, a, k, compact->ref, c, n, ep);
+      return;
+    }
+    if (stable) {
+      stable->refresh(f.at<float>(iy), *generation);
+      for (size_t bi = 0; bi < xoff.size(); ++bi) {
+        const int64_t co = int64_t(bi) * m * n;
+        const kernels::OutputRef cr{c + co, kernels::ElemType::f32, n};
+        if (!stable->prims.empty()) {
+          stable->prims[size_t(ybat[bi])].run(a + xoff[bi], nullptr, cr, ep.bias, res ? res + co : nullptr);
+          continue;
+        }
+        ep.residual = res ? res + co : nullptr;
+        kernels::gemm(m, kernels::MatrixRef{a + xoff[bi], kernels::ElemType::f32, lda, tx},
+                      stable->packed[size_t(ybat[bi])], cr, ep);
+      }
       return;
     }
     if (onednn) {
