@@ -48,10 +48,14 @@ struct LoadOptions {
 // confined to Program::base_dir (see LoadOptions).
 void load_blobs(Program& p, const LoadOptions& options = {});
 
-// Loads a model: a `Name.mlmodelc` directory (model.mil + weights/) or a bare
-// `.mil` file whose blob paths resolve relative to its directory. Parses and
-// loads blobs, confined to the model's directory (see LoadOptions); does not
-// verify (see verify()).
+// Loads a model: a `Name.mlmodelc` directory (model.mil + weights/), a
+// `Name.mlpackage` directory (Manifest.json + a protobuf model document; see
+// milrt/model_description.h for its description), or a bare `.mil` file whose
+// blob paths resolve relative to its directory. Parses and loads blobs,
+// confined to the model's directory (see LoadOptions); does not verify (see
+// verify()). A package gives the same Program as its compiled `.mlmodelc`,
+// except that function inputs keep the package's order and the program has
+// none of coremlc's buildInfo attributes.
 Program load_model(const std::string& path, const LoadOptions& options = {});
 
 // Verifies every function: known ops, required inputs present, input types

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 
+#include "mil/mlpackage.h"
 #include "milrt/blob.h"
 #include "milrt/error.h"
 #include "milrt/mil.h"
@@ -150,6 +151,7 @@ void load_blobs(Program& p, const LoadOptions& options) {
 Program load_model(const std::string& path, const LoadOptions& options) {
   std::error_code ec;
   if (!fs::exists(path, ec)) throw Error(path + ": error: no such file or directory");
+  if (is_mlpackage(path)) return mlpackage::load(path, options);
   std::string base = fs::path(path).parent_path().string(), text, mil_path = path;
   if (fs::is_directory(path, ec)) {
     // A bundle's model.mil is confined like its weights: no symlink out.

@@ -4,6 +4,7 @@
 #include "commands.h"
 #include "ir/op_registry.h"
 #include "milrt/mil.h"
+#include "milrt/model_description.h"
 
 namespace milrt::cli {
 
@@ -12,7 +13,7 @@ void add_check(CLI::App& app) {
   add_load_options(*cmd);
   static std::string model;
   static bool list_ops = false;
-  cmd->add_option("model", model, "a .mlmodelc directory or a .mil file");
+  cmd->add_option("model", model, "a .mlpackage or .mlmodelc directory, or a .mil file");
   cmd->add_flag("--ops", list_ops, "list the ops milrt supports and exit");
   cmd->callback([] {
     if (list_ops) {
@@ -24,6 +25,8 @@ void add_check(CLI::App& app) {
     std::vector<std::string> notes = legalize_layout_idioms(p);
     verify(p);
     for (auto& n : notes) std::printf("%s\n", n.c_str());
+    // A package also declares its interface and metadata: print them first.
+    if (is_mlpackage(model)) std::printf("%s", describe(load_model_description(model)).c_str());
     for (auto& f : p.functions) {
       std::map<std::string, int> hist;
       for (auto& op : f.ops) ++hist[op.type];
