@@ -1,5 +1,5 @@
 """What a model says about itself: features (from the MIL function) and
-metadata (from a ``.mlmodelc`` bundle's metadata.json)."""
+metadata (an .mlpackage's description, a .mlmodelc bundle's metadata.json)."""
 import json
 import os
 from typing import NamedTuple, Optional, Tuple
@@ -38,6 +38,20 @@ def features(signature):
 
 def _feature(name, dtype, shape):
     return Feature(name, tuple(None if d < 0 else d for d in shape), np.dtype(_NUMPY.get(dtype, np.float32)), dtype)
+
+
+def metadata(path):
+    """author, license, version, short_description, user_defined_metadata and
+    default_function of a model: an .mlpackage's description, a .mlmodelc's
+    metadata.json, nothing for a .mil file."""
+    from . import _milrt
+    package = _milrt.load_description(os.fspath(path))
+    if package is not None:
+        return package
+    meta = bundle_metadata(path)
+    return {"author": meta.get("author", ""), "license": meta.get("license", ""),
+            "version": meta.get("version", ""), "short_description": meta.get("shortDescription", ""),
+            "user_defined_metadata": dict(meta.get("userDefinedMetadata") or {}), "default_function": ""}
 
 
 def bundle_metadata(path):

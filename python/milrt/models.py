@@ -95,7 +95,8 @@ class MLModel:
     them, or ``.mil``) compiled for this CPU.
 
     compute_units: accepted for coremltools compatibility and ignored.
-    function_name: the function of a multifunction model (default "main").
+    function_name: the function of a multifunction model (default: the
+    package's default function, else "main").
     precision, numerics, threads: as for ``milrt.compile``.
     """
 
@@ -105,18 +106,16 @@ class MLModel:
             raise Error("error: MLModel takes the path of a model; milrt cannot build one from a spec object")
         self.path = os.fspath(model)
         self.compute_unit = compute_units if compute_units is not None else ComputeUnit.ALL
-        self.function_name = function_name or "main"
+        meta = _description.metadata(self.path)
+        self.function_name = function_name or meta["default_function"] or "main"
         self._options = dict(function=self.function_name, precision=precision, numerics=numerics, threads=threads)
         self._program = _load(self.path)
         inputs, outputs, states = _description.features(self._program.signature(self.function_name))
         self.input_description, self.output_description, self.state_description = inputs, outputs, states
         self._flexible = tuple(name for name, f in inputs.items() if None in f.shape)
-        meta = _description.bundle_metadata(self.path)
-        self.user_defined_metadata = dict(meta.get("userDefinedMetadata") or {})
-        self.author = meta.get("author", "")
-        self.license = meta.get("license", "")
-        self.short_description = meta.get("shortDescription", "")
-        self.version = meta.get("version", "")
+        self.user_defined_metadata = meta["user_defined_metadata"]
+        self.author, self.license = meta["author"], meta["license"]
+        self.short_description, self.version = meta["short_description"], meta["version"]
         self._plans = collections.OrderedDict()   # input shapes -> plan (flexible models)
         self._plan_cache_size = max(1, int(plan_cache_size))
         self._holders = {}                         # plan -> the MLState in its buffers

@@ -50,6 +50,7 @@ PYBIND11_MODULE(_milrt, m) {
   pb::register_exception<milrt::Error>(m, "Error", PyExc_RuntimeError);
 
   bind_program(m);
+  bind_description(m);
 
   pb::class_<PlanHandle>(m, "Plan")
       .def("run", &PlanHandle::run, pb::arg("inputs") = pb::none())

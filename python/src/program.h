@@ -22,5 +22,6 @@ struct ProgramHandle {
 };
 
 void bind_program(pybind11::module_& m);
+void bind_description(pybind11::module_& m);
 
 }  // namespace milrt::py

@@ -105,13 +105,16 @@ def test_fluidaudio_transpose_with_flexible_shapes():
 def test_mlpackage_twin_gives_the_bundles_outputs():
     base = require_shared() / "testdata/coreml"
     package = base / "silero-vad-mlpackage/silero-vad-unified-v6.0.0.mlpackage"
-    try:
-        model = milrt.models.MLModel(package)
-    except milrt.Error as e:
-        pytest.skip(f".mlpackage not readable by this build yet: {e}")
+    model = milrt.models.MLModel(package)
+    bundle = milrt.models.MLModel(base / "silero-vad/silero-vad-unified-v6.0.0.mlmodelc")
+    # The package's description (protobuf) and the bundle's metadata.json agree.
+    assert model.user_defined_metadata == bundle.user_defined_metadata
+    assert model.user_defined_metadata["com.github.apple.coremltools.version"] == "9.0b1"
+    assert (model.author, model.version) == (bundle.author, bundle.version)
+    assert model.input_description == bundle.input_description
     audio = speechlike(4, np.random.default_rng(4))
     got = stream(model.predict, audio)
-    want = stream(milrt.models.MLModel(base / "silero-vad/silero-vad-unified-v6.0.0.mlmodelc").predict, audio)
+    want = stream(bundle.predict, audio)
     for (_, g), (_, w) in zip(got, want):
         for key in g:
             np.testing.assert_array_equal(g[key], w[key], err_msg=key)
