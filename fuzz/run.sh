@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the fuzz targets built in BUILD_DIR for SECONDS each, from copies of
 # their seed corpora (fuzz/corpus/<target>/, plus the repository's MIL test
-# programs and ../shared's small real ones for mil_parser), JOBS at a time.
+# programs and ../shared's small real ones for mil_parser, and ../shared's
+# .mlpackage documents for mlpackage), JOBS at a time.
 # Exits non-zero if any target finds a crash, a sanitizer report, a leak, a
 # hang (-timeout) or an allocation past -malloc_limit_mb; the input is kept as
 # BUILD_DIR/findings/<target>-crash-<sha1> (or leak-, timeout-, oom-).
@@ -31,6 +32,11 @@ run_one() {
     cp "$root"/tests/data/seed1/*.mil "$corpus"/
     for f in "$root"/../shared/testdata/coreml/fluidaudio-small/*/model.mil; do
       [ -f "$f" ] && cp "$f" "$corpus/fluidaudio-$(basename "$(dirname "$f")" .mlmodelc).mil"
+    done
+  fi
+  if [ "$t" = mlpackage ]; then
+    for f in "$root"/../shared/testdata/coreml/*/*.mlpackage/Data/com.apple.CoreML/model.mlmodel; do
+      [ -f "$f" ] && cp "$f" "$corpus/$(basename "$(dirname "$(dirname "$(dirname "$f")")")" .mlpackage).mlmodel"
     done
   fi
   local seeds
