@@ -3,14 +3,14 @@
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= $(shell nproc)
-DEBS := cmake ninja-build g++ libgtest-dev libfmt-dev libcli11-dev nlohmann-json3-dev python3-numpy libdnnl-dev pkg-config
+DEBS := cmake ninja-build g++ libgtest-dev libfmt-dev libcli11-dev nlohmann-json3-dev python3-numpy libdnnl-dev pkg-config libprotobuf-dev protobuf-compiler
 # Only `make fuzz` (and so `make test`) needs clang and its libFuzzer/sanitizer runtime.
 FUZZ_DEBS := clang libclang-rt-14-dev
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 30
 FUZZ_JOBS ?= $(JOBS)
 
-.PHONY: run example test build build-cli deps test-asan test-install fuzz clean
+.PHONY: run example test build build-cli deps test-asan test-install test-python fuzz clean
 
 # The main job: train the default model on the embedded corpus (the license
 # texts under /usr/share/common-licenses), then print samples from it.
@@ -24,6 +24,7 @@ example: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 	$(MAKE) test-install
+	$(MAKE) test-python
 	$(MAKE) test-asan
 	$(MAKE) fuzz
 
@@ -52,6 +53,22 @@ test-install: build
 	  $(CXX) -std=c++20 -O1 examples/embed/embed.cpp $$(PKG_CONFIG_PATH=$$pc pkg-config --cflags --libs milrt) \
 	  -o $(BUILD)/embed/embed-pkgconfig
 	$(BUILD)/embed/embed-pkgconfig
+
+# The Python package (pyproject.toml, python/) as a user installs it: pip
+# builds it with scikit-build-core into a virtual environment under $(BUILD),
+# then its pytest suite runs. The build directory persists (a rebuild
+# recompiles only what changed); the build tools go into the environment
+# first, so pip needs no isolated one. Needs Debian's python3-dev and python3-venv.
+PY_DEBS := python3-dev python3-venv
+PYTHON ?= /usr/bin/python3
+PY_VENV ?= $(BUILD)/python-venv
+PY_BUILD ?= $(BUILD)/python-build
+test-python: deps
+	@$(MAKE) --no-print-directory deps DEBS="$(PY_DEBS)"
+	test -x $(PY_VENV)/bin/python || $(PYTHON) -m venv $(PY_VENV)
+	$(PY_VENV)/bin/pip install -q "pybind11>=3" "scikit-build-core>=0.10" numpy pytest
+	$(PY_VENV)/bin/pip install -q --no-build-isolation --config-settings=build-dir=$(abspath $(PY_BUILD)) .
+	$(PY_VENV)/bin/python -m pytest -p no:cacheprovider -q -rs python/tests
 
 # The unit tests once more under AddressSanitizer + UndefinedBehaviorSanitizer,
 # at -O1 (about three times faster than -O0 and still exact stack traces).
