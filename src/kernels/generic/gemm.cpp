@@ -18,6 +18,7 @@
 
 #include <omp.h>
 
+#include "kernels/bf16_bits.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_micro.h"
 #include "kernels/gemv.h"
@@ -132,22 +133,6 @@ size_t format_bytes(PackFormat f) { return f == PackFormat::f32 ? 4 : 2; }
 // K as stored in packed operands: pairs need an even count.
 int64_t packed_k(PackFormat f, int64_t K) { return f == PackFormat::f32 ? K : round_up(K, 2); }
 
-float bf16_bits_to_f32(uint16_t b) {
-  const uint32_t x = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &x, 4);
-  return f;
-}
-
-// Nearest-even bf16 bits of an fp32 (as milrt::f32_to_bf16), inline so the
-// packing loops vectorize.
-uint16_t f32_to_bf16_bits(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return uint16_t((x >> 16) | 0x40);
-  return uint16_t((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
-
 float round_to_bf16(float f) { return bf16_bits_to_f32(f32_to_bf16_bits(f)); }
 
 struct AlignedFree {
@@ -196,7 +181,12 @@ Dst convert(Src v, bool round) {
 // A[M,K] -> rows along k (ld = lda_p), zero-padded to packed_k.
 template <class Dst, class Src>
 void pack_a_rows(const MatrixRef& a, int64_t M, int64_t K, int64_t Kp, bool round, Dst* dst, int64_t lda_p) {
+  // On the GEMM's threads once large: with the AMX kernel a training step's
+  // per-call A conversion (e.g. dYᵀ [2048, 512] for a weight gradient) took
+  // as long as the product when done on one thread. A copy: no effect on the bits.
+  const int threads = M * K >= (int64_t(1) << 16) && !omp_in_parallel() ? num_threads() : 1;
   if (!a.trans) {
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int64_t i = 0; i < M; ++i) {
       const Src* src = static_cast<const Src*>(a.data) + i * a.ld;
       Dst* d = dst + i * lda_p;
@@ -206,13 +196,29 @@ void pack_a_rows(const MatrixRef& a, int64_t M, int64_t K, int64_t Kp, bool roun
     return;
   }
   // Stored as [K, M]: transpose in tiles so reads and writes both stay in cache.
+  // Element (i, k) is data[k·ld + i]. Per 32×32 tile: convert 32 stored
+  // rows (contiguous, so it vectorizes) into a local tile, then write it out
+  // transposed from L1.
   constexpr int64_t T = 32;
-  for (int64_t i0 = 0; i0 < M; i0 += T)
-    for (int64_t k0 = 0; k0 < K; k0 += T)
-      for (int64_t i = i0; i < std::min(M, i0 + T); ++i)
-        for (int64_t k = k0; k < std::min(K, k0 + T); ++k) dst[i * lda_p + k] = convert<Dst>(at<Src>(a, i, k), round);
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t k = K; k < Kp; ++k) dst[i * lda_p + k] = 0;
+  const Src* src = static_cast<const Src*>(a.data);
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+  for (int64_t i0 = 0; i0 < M; i0 += T) {
+    const int64_t ib = std::min(T, M - i0);
+    Dst tile[T][T];  // [k - k0][i - i0]
+    for (int64_t k0 = 0; k0 < K; k0 += T) {
+      const int64_t kb = std::min(T, K - k0);
+      for (int64_t kk = 0; kk < kb; ++kk) {
+        const Src* row = src + (k0 + kk) * a.ld + i0;
+        for (int64_t ii = 0; ii < ib; ++ii) tile[kk][ii] = convert<Dst>(row[ii], round);
+      }
+      for (int64_t ii = 0; ii < ib; ++ii) {
+        Dst* d = dst + (i0 + ii) * lda_p + k0;
+        for (int64_t kk = 0; kk < kb; ++kk) d[kk] = tile[kk][ii];
+      }
+    }
+    for (int64_t i = i0; i < i0 + ib; ++i)
+      for (int64_t k = K; k < Kp; ++k) dst[i * lda_p + k] = 0;
+  }
 }
 
 // Columns [j0, j0 + ncols) of op(B)[K, N] -> NR-wide panels (layout in gemm_micro.h).
