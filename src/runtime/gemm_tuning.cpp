@@ -35,7 +35,10 @@ constexpr int kMaxPairs = 15;
 // A cache file is a few KB; anything far larger is not one of ours.
 constexpr std::uintmax_t kMaxCacheFileBytes = 16u << 20;
 constexpr const char* kFormat = "milrt-gemm-tuning";
-constexpr int kVersion = 1;
+// Bumped whenever a candidate kernel changes enough to change winners, so
+// that caches timed on the old kernels are set aside (with one warning line)
+// and timed again. 2: the AMX bf16 kernel and stable-input packing.
+constexpr int kVersion = 2;
 
 struct Entry {
   GemmBackend winner = GemmBackend::own;
@@ -128,7 +131,7 @@ std::optional<std::map<std::string, std::pair<KeyFields, Entry>>> read_cache_fil
   const json j = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return why = "not valid JSON (truncated?)", std::nullopt;
   if (!j.is_object() || j.value("format", json()) != kFormat) return why = "not a milrt GEMM tuning file", std::nullopt;
-  if (j.value("version", json()) != kVersion) return why = "unknown version", std::nullopt;
+  if (j.value("version", json()) != kVersion) return why = "written by another milrt version (timed again)", std::nullopt;
   const json cpu = j.value("cpu", json());
   if (!cpu.is_string()) return why = "no \"cpu\"", std::nullopt;
   if (cpu.get<std::string>() != cpu_model_name())
