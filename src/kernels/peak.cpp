@@ -56,6 +56,40 @@ __attribute__((target("avx512f,avx512bf16"))) double loop_avx512_bf16(long calls
   return 2.0 * 32 * kChains * kRepeats * double(calls);
 }
 
+// AMX: four independent 16x16 fp32 accumulator tiles, each fed by two of
+// four bf16 operand tiles (the GEMM kernel's 32x32 register tile), so
+// consecutive tdpbf16ps never wait on each other. Tiles hold zeros: the
+// instruction's speed does not depend on the data. 16·16·32 multiply-adds
+// per instruction. cpu_features() has asked Linux for tile permission.
+__attribute__((target("amx-tile,amx-bf16"))) double loop_amx_bf16(long calls) {
+  // LDTILECFG's operand, static: GCC does not see the instruction read a
+  // local array and drops the stores that fill one.
+  alignas(64) static const unsigned char cfg[64] = {
+      1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,       // palette 1
+      64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0,  // tiles 0-7: 64 bytes per row
+      0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+      16, 16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0};  // 16 rows each
+  _tile_loadconfig(cfg);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_zero(4);
+  _tile_zero(5);
+  _tile_zero(6);
+  _tile_zero(7);
+  constexpr int kTileRepeats = kRepeats / 4;
+  for (long c = 0; c < calls; ++c)
+    for (int r = 0; r < kTileRepeats; ++r) {
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  _tile_release();
+  return 2.0 * 16 * 16 * 32 * 4 * kTileRepeats * double(calls);
+}
+
 // 12 chains, not kChains: AVX2 has 16 ymm registers, and 16 accumulators
 // plus the two operands would spill, halving the measured peak. 12 still
 // covers two FMA pipes of latency 4-5.
@@ -95,7 +129,8 @@ using Loop = double (*)(long);
 Loop pick(PeakKind kind) {
 #if defined(__x86_64__)
   const CpuFeatures& f = cpu_features();
-  if (kind == PeakKind::bf16_dot && f.avx512_bf16) return loop_avx512_bf16;
+  if (kind == PeakKind::amx_bf16 && isa_usable(Isa::amx)) return loop_amx_bf16;
+  if ((kind == PeakKind::bf16_dot || kind == PeakKind::amx_bf16) && f.avx512_bf16) return loop_avx512_bf16;
   if (f.avx512f) return loop_avx512_fma;
   if (f.avx2 && f.fma) return loop_avx2_fma;
 #endif
@@ -226,6 +261,17 @@ double measure_update_bandwidth_gbs(int threads, size_t bytes, double seconds) {
                           update_pass(x, y, n);
                           return x[0];
                         });
+}
+
+PeakKind bf16_peak_kind() { return current_isa() == Isa::amx ? PeakKind::amx_bf16 : PeakKind::bf16_dot; }
+
+const char* peak_kind_name(PeakKind kind) {
+  switch (kind) {
+    case PeakKind::fp32_fma: return "fp32 FMA";
+    case PeakKind::bf16_dot: return "bf16 dot";
+    case PeakKind::amx_bf16: return "AMX bf16";
+  }
+  return "?";
 }
 
 double measure_peak_gflops(PeakKind kind, int threads, double seconds) {

@@ -7,12 +7,17 @@
 
 namespace milrt::kernels {
 
-enum class PeakKind { fp32_fma, bf16_dot };
+enum class PeakKind { fp32_fma, bf16_dot, amx_bf16 };
 
 // GFLOP/s of `threads` threads running the loop at once for about `seconds`
 // (the best of three windows). bf16_dot uses vdpbf16ps where the CPU has it,
-// else reports the fp32 FMA peak (what bf16 math runs at there). Never 0.
+// else reports the fp32 FMA peak (what bf16 math runs at there); amx_bf16
+// uses tdpbf16ps where Isa::amx is usable, else falls back like bf16_dot. Never 0.
 double measure_peak_gflops(PeakKind kind, int threads, double seconds = 0.2);
+// The ceiling of bf16 matrix products on the kernel path in use
+// (current_isa()): amx_bf16 on the AMX path, else bf16_dot.
+PeakKind bf16_peak_kind();
+const char* peak_kind_name(PeakKind kind);  // "fp32 FMA", "bf16 dot", "AMX bf16"
 
 // The memory ceilings of bandwidth-bound kernels, GB/s (1e9 bytes) of
 // `threads` threads streaming `bytes` in all (each thread its own slice,

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fmt/format.h>
 
+#include "kernels/peak.h"
 #include "kernels/threads.h"
 #include "llm/checkpoint.h"
 #include "llm/train_report.h"
@@ -374,7 +375,9 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
     log.family_ms.push_back({"data", sum_from(t_data, profile_data) / n});
     std::stable_sort(log.family_ms.begin(), log.family_ms.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   }
-  log.peak_kind = opt.precision == CompileOptions::MatmulPrecision::bf16 ? "bf16 dot" : "fp32 FMA";
+  log.peak_kind = kernels::peak_kind_name(opt.precision == CompileOptions::MatmulPrecision::bf16
+                                              ? kernels::bf16_peak_kind()
+                                              : kernels::PeakKind::fp32_fma);
   log.peak_gflops = opt.peak_gflops;
   if (!opt.out_dir.empty()) {
     const std::string report = efficiency_report(task, opt, log);

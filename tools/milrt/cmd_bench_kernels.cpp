@@ -70,8 +70,8 @@ void print_ceilings(const json& c, const json& machine, const kb::Options& o) {
   const bool native = c.at(std::to_string(o.threads.front())).at("bf16_native").get<bool>();
   line("fp32 FMA peak, GFLOP/s", "fp32_gflops", "");
   line("bf16 dot peak, GFLOP/s", "bf16_gflops", native ? "  (vdpbf16ps)" : "  (no bf16 dot: emulated = fp32)");
-  std::printf("\n%-32s %s", "AMX bf16 peak",
-              machine["amx"].get<bool>() ? "not measured (no AMX loop yet)" : "no AMX on this CPU");
+  if (machine["amx"].get<bool>()) line("AMX bf16 peak, GFLOP/s", "amx_bf16_gflops", "  (tdpbf16ps)");
+  else std::printf("\n%-32s %s", "AMX bf16 peak", "no AMX on this CPU");
   line("read bandwidth, GB/s", "read_gbs", "  (sum of one array)");
   line("update bandwidth, GB/s", "update_gbs", "  (x = a*x + y in place, 12 B/element)");
   std::printf("\n");
@@ -83,7 +83,7 @@ struct GemmPrinter {
   void header() {
     std::printf(
         "\nGEMM C[M,N] = A[M,K] * W^T, W [N,K] constant (pre-packed / reordered once), fp32 A and C\n"
-        "GFLOP/s = 2MNK / median time (fraction of the fp32 peak, of the bf16 peak for bf16 math)\n"
+        "GFLOP/s = 2MNK / median time (fraction of the fp32 peak; for bf16 math of the bf16 dot peak, or the AMX peak on AMX)\n"
         "%5s %5s %5s %4s %13s %13s %13s %13s %13s %8s %8s %8s\n",
         "M", "N", "K", "thr", "own fp32", "own bf16", "oneDNN fp32", "oneDNN bf16", "OpenBLAS", "own/dnn", "own/blas",
         "bf16/dnn");

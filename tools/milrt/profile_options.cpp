@@ -46,7 +46,7 @@ const ProfileFlags& profile_flags() {
 }
 
 double profile_peak_gflops(bool bf16) {
-  return kernels::measure_peak_gflops(bf16 ? kernels::PeakKind::bf16_dot : kernels::PeakKind::fp32_fma,
+  return kernels::measure_peak_gflops(bf16 ? kernels::bf16_peak_kind() : kernels::PeakKind::fp32_fma,
                                       kernels::num_threads());
 }
 

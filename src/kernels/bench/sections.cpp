@@ -67,8 +67,8 @@ nlohmann::json measure_ceilings(const Options& o) {
         // Without vdpbf16ps, bf16 math runs on the fp32 FMAs: the same ceiling, not a second noisy measurement of it.
         {"bf16_gflops", native ? measure_peak_gflops(PeakKind::bf16_dot, t, peak_s) : fp32},
         {"bf16_native", native},
-        // No AMX loop exists yet (peak.h); null keeps the key for when one does.
-        {"amx_bf16_gflops", nullptr},
+        {"amx_bf16_gflops", isa_usable(Isa::amx) ? nlohmann::json(measure_peak_gflops(PeakKind::amx_bf16, t, peak_s))
+                                                 : nlohmann::json(nullptr)},
         {"read_gbs", measure_read_bandwidth_gbs(t, bw_bytes, bw_s)},
         {"update_gbs", measure_update_bandwidth_gbs(t, bw_bytes, bw_s)},
     };
