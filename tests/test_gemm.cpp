@@ -41,57 +41,6 @@ using k::Isa;
 
 // ---- matrices (Logical, Stored: support/gemm_matrices.h) ----------------------
 
-// An M×N output (or residual) buffer of any type with `pad` sentinel
-// elements after every row.
-class Buffer {
- public:
-  static constexpr uint8_t kSentinel = 0xa5;
-  Buffer(int64_t M, int64_t N, ElemType type, int64_t pad)
-      : M_(M), N_(N), ld_(N + pad), type_(type), bytes_(size_t(std::max<int64_t>(M * ld_, 1)) * esize(), kSentinel) {}
-
-  void set(int64_t i, int64_t j, double v) {
-    uint8_t* p = bytes_.data() + (i * ld_ + j) * esize();
-    if (type_ == ElemType::f32) {
-      const float f = float(v);
-      std::memcpy(p, &f, 4);
-    } else {
-      const uint16_t h = type_ == ElemType::f16 ? milrt::f32_to_f16(float(v)) : milrt::f32_to_bf16(float(v));
-      std::memcpy(p, &h, 2);
-    }
-  }
-  uint16_t bits16(int64_t i, int64_t j) const {
-    uint16_t h;
-    std::memcpy(&h, bytes_.data() + (i * ld_ + j) * 2, 2);
-    return h;
-  }
-  double get(int64_t i, int64_t j) const {
-    const uint8_t* p = bytes_.data() + (i * ld_ + j) * esize();
-    if (type_ == ElemType::f32) {
-      float f;
-      std::memcpy(&f, p, 4);
-      return f;
-    }
-    const uint16_t h = bits16(i, j);
-    return type_ == ElemType::f16 ? milrt::f16_to_f32(h) : milrt::bf16_to_f32(h);
-  }
-  bool padding_intact() const {
-    for (int64_t i = 0; i < M_; ++i)
-      for (size_t b = size_t(N_ * esize()); b < size_t(ld_ * esize()); ++b)
-        if (bytes_[i * ld_ * esize() + b] != kSentinel) return false;
-    return true;
-  }
-  k::OutputRef out() { return {bytes_.data(), type_, ld_}; }
-  const void* data() const { return bytes_.data(); }
-  int64_t ld() const { return ld_; }
-  ElemType type() const { return type_; }
-
- private:
-  int64_t esize() const { return type_ == ElemType::f32 ? 4 : 2; }
-  int64_t M_, N_, ld_;
-  ElemType type_;
-  std::vector<uint8_t> bytes_;
-};
-
 // ---- the fp64 reference ------------------------------------------------------
 
 struct Reference {
@@ -606,11 +555,6 @@ TEST(Gemm, BadArgumentsAreErrors) {
 // ---- threads ------------------------------------------------------------------
 
 // Restores the default thread count when a test ends.
-struct ThreadCount {
-  explicit ThreadCount(int n) { k::set_num_threads(n); }
-  ~ThreadCount() { k::set_num_threads(0); }
-};
-
 // Threads take whole blocks of C, so the result is the same bits for any
 // count; sizes large enough to be split (and awkward: partial register tiles,
 // several K blocks, M = 1), with every epilogue stage, each path and math.

@@ -37,44 +37,6 @@ using k::Isa;
 #define SKIP_WITHOUT_AMX()                                                                  \
   if (!k::isa_usable(Isa::amx)) GTEST_SKIP() << "no usable AMX here (cpu: " << k::cpu_features_string() << ")"
 
-// C or a residual of any type, `pad` elements of 0xa5 bytes after each row.
-struct Out {
-  Out(int64_t M, int64_t N, ElemType t) : M(M), N(N), ld(N + 3), type(t), bytes(size_t(M * ld) * size() + 1, 0xa5) {}
-  size_t size() const { return type == ElemType::f32 ? 4 : 2; }
-  void* at(int64_t i, int64_t j) { return bytes.data() + size_t(i * ld + j) * size(); }
-  double get(int64_t i, int64_t j) const {
-    const uint8_t* p = bytes.data() + size_t(i * ld + j) * size();
-    if (type == ElemType::f32) {
-      float f;
-      std::memcpy(&f, p, 4);
-      return f;
-    }
-    uint16_t h;
-    std::memcpy(&h, p, 2);
-    return type == ElemType::f16 ? milrt::f16_to_f32(h) : milrt::bf16_to_f32(h);
-  }
-  void set(int64_t i, int64_t j, double v) {
-    if (type == ElemType::f32) {
-      const float f = float(v);
-      std::memcpy(at(i, j), &f, 4);
-    } else {
-      const uint16_t h = type == ElemType::f16 ? milrt::f32_to_f16(float(v)) : milrt::f32_to_bf16(float(v));
-      std::memcpy(at(i, j), &h, 2);
-    }
-  }
-  bool padding_intact() const {
-    for (int64_t i = 0; i < M; ++i)
-      for (size_t b = size_t(N) * size(); b < size_t(ld) * size(); ++b)
-        if (bytes[size_t(i * ld) * size() + b] != 0xa5) return false;
-    return true;
-  }
-  k::OutputRef ref() { return {bytes.data(), type, ld}; }
-
-  int64_t M, N, ld;
-  ElemType type;
-  std::vector<uint8_t> bytes;
-};
-
 // Σ a·b and Σ |a·b| in fp64 over the bf16 values of the operands.
 struct Fp64Product {
   Fp64Product(const Logical& a, const Logical& b) : M(a.rows), N(b.cols), K(a.cols) {
@@ -96,16 +58,16 @@ struct Fp64Product {
 };
 
 // Fails (and names the first few) elements outside want ± tol, and C's padding.
-void expect_within(const Out& c, const std::vector<double>& want, const std::vector<double>& tol) {
+void expect_within(const Buffer& c, const std::vector<double>& want, const std::vector<double>& tol) {
   int bad = 0;
-  for (int64_t i = 0; i < c.M; ++i)
-    for (int64_t j = 0; j < c.N; ++j) {
-      const size_t idx = size_t(i * c.N + j);
+  for (int64_t i = 0; i < c.rows(); ++i)
+    for (int64_t j = 0; j < c.cols(); ++j) {
+      const size_t idx = size_t(i * c.cols() + j);
       const double g = c.get(i, j);
       if (std::abs(g - want[idx]) <= tol[idx]) continue;
       if (++bad <= 3) ADD_FAILURE() << "C(" << i << ", " << j << ") = " << g << ", want " << want[idx] << " ± " << tol[idx];
     }
-  EXPECT_EQ(bad, 0) << "of " << c.M * c.N;
+  EXPECT_EQ(bad, 0) << "of " << c.rows() * c.cols();
   EXPECT_TRUE(c.padding_intact()) << "wrote outside C";
 }
 
@@ -151,10 +113,10 @@ TEST(GemmAmx, ProductsMatchFp64OnBf16Values) {
                              type_name(tb) + (trans_b ? "ᵀ" : "") + (packed ? " packed" : "") +
                              " alpha=" + std::to_string(alpha));
                 const Stored sa(a, ta, trans_a, 3), sb(b, tb, trans_b, 5);
-                Out c(d.M, d.N, ElemType::f32);
+                Buffer c(d.M, d.N, ElemType::f32, 3);
                 const k::Epilogue ep{.alpha = float(alpha)};
-                if (packed) k::gemm(d.M, sa.ref(), k::PackedB(sb.ref(), d.K, d.N, GemmMath::bf16, Isa::amx), c.ref(), ep);
-                else k::gemm(d.M, d.N, d.K, sa.ref(), sb.ref(), c.ref(), ep, GemmMath::bf16, Isa::amx);
+                if (packed) k::gemm(d.M, sa.ref(), k::PackedB(sb.ref(), d.K, d.N, GemmMath::bf16, Isa::amx), c.out(), ep);
+                else k::gemm(d.M, d.N, d.K, sa.ref(), sb.ref(), c.out(), ep, GemmMath::bf16, Isa::amx);
                 std::vector<double> want(r.sum.size()), tol(r.sum.size());
                 for (size_t i = 0; i < want.size(); ++i) {
                   want[i] = alpha * r.sum[i];
@@ -195,9 +157,9 @@ TEST(GemmAmx, EveryEpilogueMatchesFp64) {
           for (ElemType ct : {ElemType::f32, ElemType::f16, ElemType::bf16}) {
             SCOPED_TRACE(shape_name(d.M, d.N, d.K) + " act=" + std::to_string(int(act)) + (with_bias ? " bias" : "") +
                          " residual=" + (rtype ? type_name(*rtype) : "none") + " C:" + type_name(ct));
-            std::optional<Out> res;
+            std::optional<Buffer> res;
             if (rtype) {
-              res.emplace(d.M, d.N, *rtype);
+              res.emplace(d.M, d.N, *rtype, 3);
               for (int64_t i = 0; i < d.M; ++i)
                 for (int64_t j = 0; j < d.N; ++j) res->set(i, j, rv.at(i, j));
             }
@@ -215,14 +177,14 @@ TEST(GemmAmx, EveryEpilogueMatchesFp64) {
                 tol[idx] = act_slope(act) * x_err + 1e-6 * (2 + 2 * std::abs(x)) * std::abs(f) +
                            (kU32 + unit_roundoff(ct)) * (std::abs(f) + std::abs(rj)) + 1e-7;
               }
-            Out c(d.M, d.N, ct);
+            Buffer c(d.M, d.N, ct, 3);
             const k::Epilogue ep{.alpha = float(alpha),
                                  .bias = with_bias ? bias.data() : nullptr,
                                  .act = act,
-                                 .residual = res ? res->bytes.data() : nullptr,
+                                 .residual = res ? res->data() : nullptr,
                                  .residual_type = rtype.value_or(ElemType::f32),
-                                 .residual_ld = res ? res->ld : 0};
-            k::gemm(d.M, d.N, d.K, sa.ref(), sb.ref(), c.ref(), ep, GemmMath::bf16, Isa::amx);
+                                 .residual_ld = res ? res->ld() : 0};
+            k::gemm(d.M, d.N, d.K, sa.ref(), sb.ref(), c.out(), ep, GemmMath::bf16, Isa::amx);
             expect_within(c, want, tol);
           }
   }
@@ -239,7 +201,7 @@ TEST(GemmAmx, ResidualMayBeTheOutput) {
   const Stored sa(a, ElemType::bf16, false, 0), sb(b, ElemType::bf16, false, 0);
   for (ElemType ct : {ElemType::f32, ElemType::f16, ElemType::bf16}) {
     SCOPED_TRACE(std::string("C:") + type_name(ct));
-    Out c(d.M, d.N, ct);
+    Buffer c(d.M, d.N, ct, 3);
     std::vector<double> want(r.sum.size()), tol(r.sum.size());
     for (int64_t i = 0; i < d.M; ++i)
       for (int64_t j = 0; j < d.N; ++j) {
@@ -248,8 +210,8 @@ TEST(GemmAmx, ResidualMayBeTheOutput) {
         want[idx] = r.sum[idx] + c0.at(i, j);
         tol[idx] = r.bound(idx, 1) + (2 * kU32 + unit_roundoff(ct)) * (std::abs(want[idx]) + std::abs(c0.at(i, j)));
       }
-    k::gemm(d.M, d.N, d.K, sa.ref(), sb.ref(), c.ref(),
-            k::Epilogue{.residual = c.bytes.data(), .residual_type = ct, .residual_ld = c.ld}, GemmMath::bf16, Isa::amx);
+    k::gemm(d.M, d.N, d.K, sa.ref(), sb.ref(), c.out(),
+            k::Epilogue{.residual = c.data(), .residual_type = ct, .residual_ld = c.ld()}, GemmMath::bf16, Isa::amx);
     expect_within(c, want, tol);
   }
 }
@@ -270,18 +232,13 @@ TEST(GemmAmx, AlignedAndUnalignedARowsBothWork) {
       uint16_t* base = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) / 2 % 32 + offset;
       for (int64_t i = 0; i < d.M; ++i)
         for (int64_t kk = 0; kk < d.K; ++kk) base[i * ld + kk] = milrt::f32_to_bf16(float(a.at(i, kk)));
-      Out c(d.M, d.N, ElemType::f32);
-      k::gemm(d.M, d.N, d.K, k::MatrixRef{base, ElemType::bf16, ld}, sb.ref(), c.ref(), {}, GemmMath::bf16, Isa::amx);
+      Buffer c(d.M, d.N, ElemType::f32, 3);
+      k::gemm(d.M, d.N, d.K, k::MatrixRef{base, ElemType::bf16, ld}, sb.ref(), c.out(), {}, GemmMath::bf16, Isa::amx);
       std::vector<double> tol(r.sum.size());
       for (size_t i = 0; i < tol.size(); ++i) tol[i] = r.bound(i, 1) + kU32 * std::abs(r.sum[i]);
       expect_within(c, r.sum, tol);
     }
 }
-
-struct ThreadCount {
-  explicit ThreadCount(int n) { k::set_num_threads(n); }
-  ~ThreadCount() { k::set_num_threads(0); }
-};
 
 // Threads take whole blocks of C: 1 and 2 threads give the same bits, per
 // call and pre-packed, and the result is right.
@@ -298,15 +255,15 @@ TEST(GemmAmx, OneAndTwoThreadsGiveIdenticalBits) {
     const k::Epilogue ep{.alpha = 0.75f, .bias = bias.data(), .act = Activation::silu};
     for (bool packed : {false, true}) {
       SCOPED_TRACE(shape_name(d.M, d.N, d.K) + (packed ? " packed" : ""));
-      std::vector<Out> outs;
+      std::vector<Buffer> outs;
       for (int threads : {1, 2}) {
         ThreadCount tc(threads);
-        Out c(d.M, d.N, ElemType::f32);
-        if (packed) k::gemm(d.M, sa.ref(), k::PackedB(sb.ref(), d.K, d.N, GemmMath::bf16, Isa::amx), c.ref(), ep);
-        else k::gemm(d.M, d.N, d.K, sa.ref(), sb.ref(), c.ref(), ep, GemmMath::bf16, Isa::amx);
+        Buffer c(d.M, d.N, ElemType::f32, 3);
+        if (packed) k::gemm(d.M, sa.ref(), k::PackedB(sb.ref(), d.K, d.N, GemmMath::bf16, Isa::amx), c.out(), ep);
+        else k::gemm(d.M, d.N, d.K, sa.ref(), sb.ref(), c.out(), ep, GemmMath::bf16, Isa::amx);
         outs.push_back(std::move(c));
       }
-      EXPECT_EQ(outs[0].bytes, outs[1].bytes) << "2 threads differ from 1";
+      EXPECT_EQ(outs[0].raw(), outs[1].raw()) << "2 threads differ from 1";
       std::vector<double> want(r.sum.size()), tol(r.sum.size());
       for (int64_t i = 0; i < d.M; ++i)
         for (int64_t j = 0; j < d.N; ++j) {

@@ -1,15 +1,17 @@
-// Operands for the GEMM kernel tests (test_gemm, test_onednn_gemm): logical
+// Operands and outputs for the GEMM kernel tests (test_gemm, test_gemm_amx, test_onednn_gemm): logical
 // matrices of exact values, checked against plain fp64 products, and their
 // stored forms (f32 or bf16, maybe transposed, NaN in the padding after every
 // stored row, so a kernel that reads outside a matrix fails every check).
 #pragma once
 #include <algorithm>
+#include <cstring>
 #include <cstdint>
 #include <limits>
 #include <random>
 #include <vector>
 
 #include "kernels/gemm.h"
+#include "kernels/threads.h"
 #include "milrt/dtype.h"
 
 namespace milrt::test {
@@ -96,6 +98,67 @@ class Stored {
   int64_t ld_ = 0;
   std::vector<float> f_;
   std::vector<uint16_t> h_;
+};
+
+// An M×N output (or residual) buffer of any type with `pad` sentinel
+// elements after every row.
+class Buffer {
+ public:
+  static constexpr uint8_t kSentinel = 0xa5;
+  Buffer(int64_t M, int64_t N, kernels::ElemType type, int64_t pad)
+      : M_(M), N_(N), ld_(N + pad), type_(type), bytes_(size_t(std::max<int64_t>(M * ld_, 1)) * esize(), kSentinel) {}
+
+  void set(int64_t i, int64_t j, double v) {
+    uint8_t* p = bytes_.data() + (i * ld_ + j) * esize();
+    if (type_ == kernels::ElemType::f32) {
+      const float f = float(v);
+      std::memcpy(p, &f, 4);
+    } else {
+      const uint16_t h = type_ == kernels::ElemType::f16 ? milrt::f32_to_f16(float(v)) : milrt::f32_to_bf16(float(v));
+      std::memcpy(p, &h, 2);
+    }
+  }
+  uint16_t bits16(int64_t i, int64_t j) const {
+    uint16_t h;
+    std::memcpy(&h, bytes_.data() + (i * ld_ + j) * 2, 2);
+    return h;
+  }
+  double get(int64_t i, int64_t j) const {
+    const uint8_t* p = bytes_.data() + (i * ld_ + j) * esize();
+    if (type_ == kernels::ElemType::f32) {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+    const uint16_t h = bits16(i, j);
+    return type_ == kernels::ElemType::f16 ? milrt::f16_to_f32(h) : milrt::bf16_to_f32(h);
+  }
+  bool padding_intact() const {
+    for (int64_t i = 0; i < M_; ++i)
+      for (size_t b = size_t(N_ * esize()); b < size_t(ld_ * esize()); ++b)
+        if (bytes_[i * ld_ * esize() + b] != kSentinel) return false;
+    return true;
+  }
+  kernels::OutputRef out() { return {bytes_.data(), type_, ld_}; }
+  const void* data() const { return bytes_.data(); }
+  void* data() { return bytes_.data(); }
+  const std::vector<uint8_t>& raw() const { return bytes_; }
+  int64_t ld() const { return ld_; }
+  int64_t rows() const { return M_; }
+  int64_t cols() const { return N_; }
+  kernels::ElemType type() const { return type_; }
+
+ private:
+  int64_t esize() const { return type_ == kernels::ElemType::f32 ? 4 : 2; }
+  int64_t M_, N_, ld_;
+  kernels::ElemType type_;
+  std::vector<uint8_t> bytes_;
+};
+
+// Sets kernels::num_threads() for a scope, then restores the default.
+struct ThreadCount {
+  explicit ThreadCount(int n) { kernels::set_num_threads(n); }
+  ~ThreadCount() { kernels::set_num_threads(0); }
 };
 
 }  // namespace milrt::test
