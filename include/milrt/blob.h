@@ -56,5 +56,9 @@ class BlobWriter {
 
 // Packs sub-byte values LSB-first (used by BlobWriter and tests).
 std::vector<uint8_t> pack_bits(const Tensor& t);
+// The inverse: `n` = shape's element count values of sub-byte type `t`,
+// packed LSB-first at `src` (which must hold them all), one byte per element
+// (int4 sign-extended), as blobs and .mlpackage constants store them.
+Tensor unpack_bits(const uint8_t* src, DType t, const Shape& shape, int64_t n);
 
 }  // namespace milrt

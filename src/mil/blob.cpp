@@ -113,26 +113,6 @@ int64_t checked_numel(const Shape& shape, const std::string& what) {
   return n;
 }
 
-// Unpacks `n` LSB-first packed values of `t`'s width from `src` into one byte
-// per element (int4 sign-extended).
-Tensor unpack(const uint8_t* src, DType t, const Shape& shape, int64_t n) {
-  Tensor out(t, shape);
-  uint8_t* dst = static_cast<uint8_t*>(out.mutable_data());
-  const int nbits = dtype_bits(t);
-  const uint32_t mask = (1u << nbits) - 1;
-  for (int64_t i = 0; i < n; ++i) {
-    uint64_t bit = uint64_t(i) * uint64_t(nbits);
-    uint64_t byte = bit / 8;
-    unsigned shift = unsigned(bit % 8);
-    // A value spans at most two bytes (nbits <= 6); read the second only when needed.
-    uint32_t word = src[byte];
-    if (shift + unsigned(nbits) > 8) word |= uint32_t(src[byte + 1]) << 8;
-    uint32_t v = (word >> shift) & mask;
-    if (t == DType::Int4 && (v & 0x8)) v |= 0xF0;
-    dst[i] = uint8_t(v);
-  }
-  return out;
-}
 
 // A tensor over `nbytes` bytes of `file` at `data_offset`: a view when the
 // address suits the element type, else a copy.
@@ -145,7 +125,7 @@ Tensor byte_tensor(const std::shared_ptr<Buffer>& file, uint64_t data_offset, DT
 }
 
 Tensor decode(const std::shared_ptr<Buffer>& file, uint64_t data_offset, DType t, const Shape& shape, int64_t n) {
-  if (is_sub_byte(t)) return unpack(file->data() + data_offset, t, shape, n);
+  if (is_sub_byte(t)) return unpack_bits(file->data() + data_offset, t, shape, n);
   return byte_tensor(file, data_offset, t, shape);
 }
 
@@ -389,6 +369,25 @@ uint64_t BlobWriter::add(const Tensor& t) {
 
 void BlobWriter::write(const std::string& path) const {
   write_file_atomic(path, std::string(bytes_.begin(), bytes_.end()));
+}
+
+Tensor unpack_bits(const uint8_t* src, DType t, const Shape& shape, int64_t n) {
+  Tensor out(t, shape);
+  uint8_t* dst = static_cast<uint8_t*>(out.mutable_data());
+  const int nbits = dtype_bits(t);
+  const uint32_t mask = (1u << nbits) - 1;
+  for (int64_t i = 0; i < n; ++i) {
+    uint64_t bit = uint64_t(i) * uint64_t(nbits);
+    uint64_t byte = bit / 8;
+    unsigned shift = unsigned(bit % 8);
+    // A value spans at most two bytes (nbits <= 6); read the second only when needed.
+    uint32_t word = src[byte];
+    if (shift + unsigned(nbits) > 8) word |= uint32_t(src[byte + 1]) << 8;
+    uint32_t v = (word >> shift) & mask;
+    if (t == DType::Int4 && (v & 0x8)) v |= 0xF0;
+    dst[i] = uint8_t(v);
+  }
+  return out;
 }
 
 }  // namespace milrt

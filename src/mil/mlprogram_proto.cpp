@@ -11,6 +11,7 @@
 
 #include "mil/mlpackage.h"
 #include "mil/model_document.h"
+#include "milrt/blob.h"
 #include "milrt/error.h"
 
 namespace milrt::mlpackage {
@@ -366,16 +367,7 @@ class Converter {
         for (int64_t i = 0; i < n; ++i) dst[i] = dst[i] != 0;
       return t;
     }
-    const uint32_t mask = (1u << bits) - 1;
-    for (int64_t i = 0; i < n; ++i) {
-      const uint64_t bit = uint64_t(i) * uint64_t(bits);
-      uint32_t word = src[bit / 8];
-      if (bit % 8 + uint64_t(bits) > 8) word |= uint32_t(src[bit / 8 + 1]) << 8;
-      uint32_t v = (word >> (bit % 8)) & mask;
-      if (dt == DType::Int4 && (v & 0x8)) v |= 0xF0;
-      dst[i] = uint8_t(v);
-    }
-    return t;
+    return unpack_bits(src, dt, ty.shape, n);
   }
 
   // Values of dict, list and tuple types, as the text parser's payload tree.
