@@ -75,10 +75,12 @@ test-python: deps
 # Left out: the timing benchmark's full runs, and the model-scale numeric
 # sweeps whose code paths the smaller tests already run under the sanitizers
 # (each weight format against fp32 on whole Stories15M models, greedy parity
-# with run.c over 64 tokens): a third of the sanitizer pass's time.
+# with run.c over 64 tokens): a third of the sanitizer pass's time. The
+# benchmark programs and the example, which no test runs, are not built.
 ASAN_EXCLUDE := BenchKernels\.(QuickJson|OneThread|TextTables)|Formats/WeightsVsFp32\.Stories15m|GenerateParity\.Stories15m
 test-asan: deps
-	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" -DMILRT_SANITIZE=ON >/dev/null
+	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" -DMILRT_SANITIZE=ON \
+	  -DMILRT_BUILD_BENCHMARKS=OFF -DMILRT_BUILD_EXAMPLES=OFF -DMILRT_INSTALL=OFF >/dev/null
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --output-on-failure -j$(JOBS) -E '$(ASAN_EXCLUDE)'
