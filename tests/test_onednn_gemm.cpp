@@ -257,6 +257,9 @@ TEST(OnednnGemm, Bf16InputsWithFp32MathAreExact) {
                            .tb = bool(tb), .b_const = bool(b_const), .pad = 2});
       cases.push_back(Case{.m = 17, .n = 33, .k = 15, .b_type = ElemType::bf16, .ta = true, .tb = bool(tb),
                            .b_const = bool(b_const), .pad = 1});
+      // A stored transposed is converted into a plain row-major copy: several 32x32 tiles and edges.
+      cases.push_back(Case{.m = 70, .n = 33, .k = 45, .a_type = ElemType::bf16, .b_type = ElemType::bf16,
+                           .ta = true, .tb = bool(tb), .b_const = bool(b_const), .pad = 3});
     }
   // Converted to f32 by the wrapper before oneDNN sees them: the f32 matmul serves these.
   EXPECT_EQ(check_all(cases, "bf16 stored, fp32 math"), int(cases.size()));
@@ -271,6 +274,9 @@ TEST(OnednnGemm, Bf16MathRunsOrIsRefused) {
         cases.push_back(Case{.m = 15, .n = 17, .k = kk, .a_type = at, .b_type = ElemType::f32, .ta = kk == 33,
                              .tb = kk == 100, .b_const = bool(b_const), .pad = 1, .bias = true,
                              .math = GemmMath::bf16});
+  for (int b_const = 0; b_const < 2; ++b_const)  // A transposed and converted to bf16: several tiles
+    cases.push_back(Case{.m = 70, .n = 17, .k = 100, .ta = true, .b_const = bool(b_const), .pad = 2,
+                         .math = GemmMath::bf16});
   const int ran = check_all(cases, "bf16 math");
   // oneDNN has a bf16 matmul for all of these or for none (it depends on the ISA, not the shape).
   EXPECT_TRUE(ran == 0 || ran == int(cases.size())) << ran;

@@ -110,6 +110,42 @@ void convert_dense(const void* src, ElemType from, int64_t rows, int64_t len, in
   }
 }
 
+// The same for a matrix stored transposed ([cols, rows] with row stride
+// `ld`, f32 or bf16 -> the other type): written as a dense row-major
+// [rows, cols] copy, so oneDNN gets a plain operand instead of transposing
+// it again itself (its AMX kernels copy a transposed A per call). 32×32
+// tiles through a local buffer, so reads and writes both stay in cache.
+void convert_dense_transposed(const void* src, ElemType from, int64_t rows, int64_t cols, int64_t ld, void* dst) {
+  constexpr int64_t T = 32;
+  const int threads = rows * cols >= (int64_t(1) << 16) && !omp_in_parallel() ? num_threads() : 1;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+  for (int64_t r0 = 0; r0 < rows; r0 += T) {
+    const int64_t rb = std::min(T, rows - r0);
+    float tile[T][T];  // [c - c0][r - r0], widened
+    for (int64_t c0 = 0; c0 < cols; c0 += T) {
+      const int64_t cb = std::min(T, cols - c0);
+      for (int64_t cc = 0; cc < cb; ++cc) {
+        if (from == ElemType::bf16) {
+          const uint16_t* s = static_cast<const uint16_t*>(src) + (c0 + cc) * ld + r0;
+          for (int64_t rr = 0; rr < rb; ++rr) tile[cc][rr] = bf16_bits_to_f32(s[rr]);
+        } else {
+          const float* s = static_cast<const float*>(src) + (c0 + cc) * ld + r0;
+          for (int64_t rr = 0; rr < rb; ++rr) tile[cc][rr] = s[rr];
+        }
+      }
+      for (int64_t rr = 0; rr < rb; ++rr) {
+        if (from == ElemType::bf16) {
+          float* d = static_cast<float*>(dst) + (r0 + rr) * cols + c0;
+          for (int64_t cc = 0; cc < cb; ++cc) d[cc] = tile[cc][rr];
+        } else {
+          uint16_t* d = static_cast<uint16_t*>(dst) + (r0 + rr) * cols + c0;
+          for (int64_t cc = 0; cc < cb; ++cc) d[cc] = f32_to_bf16_bits(tile[cc][rr]);
+        }
+      }
+    }
+  }
+}
+
 // op(X) [rows, cols] stored as described by `trans` with row stride `ld`.
 dnnl::memory::desc matrix_md(int64_t rows, int64_t cols, dt type, int64_t ld, bool trans) {
   return dnnl::memory::desc(dims{rows, cols}, type, trans ? dims{1, ld} : dims{ld, 1});
@@ -182,7 +218,8 @@ OnednnGemm::OnednnGemm(const OnednnGemmDesc& desc) : impl_(std::make_unique<Impl
   // copy (per call for A and a variable B, once for a constant B).
   p.convert_a = d.a.type != p.compute;
   p.convert_b = d.b.type != p.compute;
-  p.a_md = p.convert_a ? matrix_md(d.m, d.k, ct, d.a.trans ? d.m : d.k, d.a.trans)
+  // A converted is written row-major even when stored transposed (see convert_dense_transposed).
+  p.a_md = p.convert_a ? matrix_md(d.m, d.k, ct, d.k, false)
                        : matrix_md(d.m, d.k, ct, d.a.ld, d.a.trans);
   const dnnl::memory::desc b_user = p.convert_b ? matrix_md(d.k, d.n, ct, d.b.trans ? d.k : d.n, d.b.trans)
                                                 : matrix_md(d.k, d.n, ct, d.b.ld, d.b.trans);
@@ -282,9 +319,9 @@ void OnednnGemm::run(const void* a, const void* b, const OutputRef& c, const flo
 
   ThreadBuffers& buf = thread_buffers();
   if (p.convert_a) {
-    const int64_t rows = d.a.trans ? d.k : d.m, len = d.a.trans ? d.m : d.k;
-    void* t = buf.a.get(size_t(rows * len) * elem_size(p.compute));
-    convert_dense(a, d.a.type, rows, len, d.a.ld, t);
+    void* t = buf.a.get(size_t(d.m * d.k) * elem_size(p.compute));
+    if (d.a.trans) convert_dense_transposed(a, d.a.type, d.m, d.k, d.a.ld, t);
+    else convert_dense(a, d.a.type, d.m, d.k, d.a.ld, t);
     a = t;
   }
   if (!d.b_const && p.convert_b) {
