@@ -373,6 +373,36 @@ TEST(Mlpackage, BadDocuments) {
                     "resolves outside the model's directory");
 }
 
+// coremltools writes each coreml_update_state as write_state (no outputs) and
+// a read_state of the same state right after it; the IR has the single op,
+// as coremlc's MIL text does. A write_state in any other form is refused.
+TEST(Mlpackage, WriteStateThenReadStateIsCoremlUpdateState) {
+  const Msg t = tensor_type(kFp16, {2});
+  const Msg st = Msg().msg(5, Msg().msg(1, t));  // ValueType.state{wrapped_type}
+  auto write_state = [&](const std::string& state) {
+    return op({"write_state", "w", {{"input", {by_name(state)}}, {"data", {by_name("x")}}}, {}, {}});
+  };
+  auto read_state = [&](const std::string& state, const std::string& out) {
+    return op({"read_state", out, {{"input", {by_name(state)}}}, {named(out, t)}, {}});
+  };
+  auto pkg = [&](const std::vector<Msg>& ops, const std::string& out) {
+    return package(model(9, program(function({named("s", st), named("k", st), named("x", t)}, "CoreML8", ops, {out}))).b);
+  };
+  Program got = load_model(pkg({write_state("s"), read_state("s", "v"), read_state("k", "r")}, "v"));
+  Program expected = parse_mil(
+      "program(1.0)\n{\n  func main<ios18>(state<tensor<fp16, [2]>> s, state<tensor<fp16, [2]>> k, tensor<fp16, [2]> x) {\n"
+      "    tensor<fp16, [2]> v = coreml_update_state(state = s, value = x)[name = tensor<string, []>(\"v\")];\n"
+      "    tensor<fp16, [2]> r = read_state(input = k)[name = tensor<string, []>(\"r\")];\n"
+      "  } -> (v);\n}\n",
+      "expected.mil", ".");
+  EXPECT_EQ(ir_diff(got, expected), "");
+  verify(got);
+  expect_load_error(pkg({write_state("s")}, "x"), "(write_state): is not followed by a read_state of state 's'");
+  expect_load_error(pkg({write_state("s"), read_state("k", "v")}, "v"), "is not followed by a read_state of state 's'");
+  expect_load_error(pkg({op({"write_state", "w", {{"input", {by_name("s")}}}, {}, {}}), read_state("s", "v")}, "v"),
+                    "must have exactly the inputs 'input' (a state) and 'data'");
+}
+
 TEST(Mlpackage, CliExitCodeForAMalformedPackage) {
   auto r = test::run_cli({"check", package(simple_model(11))});
   EXPECT_EQ(r.exit_code, 2);

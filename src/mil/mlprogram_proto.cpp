@@ -120,10 +120,52 @@ class Converter {
     }
     if (!block) fail(where, "has no block for its opset " + shown(pf.opset()));
     if (block->inputs_size()) fail(where, "the function's block has inputs of its own");
-    for (int i = 0; i < block->operations_size(); ++i)
-      f.ops.push_back(op(block->operations(i), where + ", op " + std::to_string(i)));
+    for (int i = 0; i < block->operations_size(); ++i) {
+      const std::string at = where + ", op " + std::to_string(i);
+      if (block->operations(i).type() == "write_state") {
+        f.ops.push_back(update_state(*block, i, at));
+        ++i;  // the read_state it was paired with
+        continue;
+      }
+      f.ops.push_back(op(block->operations(i), at));
+    }
     for (auto& o : block->outputs()) f.outputs.push_back(ident(o, where, "output name"));
     return f;
+  }
+
+  // The name bound to input `key` of `po`, or "" when it is not one plain name.
+  static std::string bound_name(const coreml::Operation& po, const std::string& key) {
+    for (auto& e : po.inputs())
+      if (e.key() == key && e.value().bindings_size() == 1 &&
+          e.value().bindings(0).binding_case() == coreml::Argument::Binding::kName)
+        return e.value().bindings(0).name();
+    return "";
+  }
+
+  // coremltools serializes each iOS18 `coreml_update_state(state, value) -> v`
+  // as `write_state(input = state, data = value)` (no outputs) immediately
+  // followed by `v = read_state(input = state)`; coremlc's MIL text, and so
+  // milrt's IR, has the single op. The pair at operations i, i+1 becomes it.
+  Op update_state(const coreml::Block& block, int i, const std::string& at) {
+    const std::string where = at + " (write_state)";
+    const coreml::Operation& w = block.operations(i);
+    if (w.blocks_size() || w.outputs_size()) fail(where, "must have no outputs and no nested blocks");
+    const std::string state = bound_name(w, "input");
+    if (state.empty() || bound_name(w, "data").empty() || w.inputs_size() != 2)
+      fail(where, "must have exactly the inputs 'input' (a state) and 'data', each one named value");
+    if (i + 1 >= block.operations_size() || block.operations(i + 1).type() != "read_state" ||
+        bound_name(block.operations(i + 1), "input") != state)
+      fail(where, "is not followed by a read_state of state '" + shown(state) +
+                      "' (milrt reads write_state only as coremltools writes coreml_update_state)");
+    Op r = op(block.operations(i + 1), where + " + read_state");
+    Op u;
+    u.type = "coreml_update_state";
+    u.name = r.name;
+    u.loc = r.loc;
+    u.outputs = std::move(r.outputs);
+    u.inputs.push_back({"state", Arg::of_var(ident(state, where, "value name")), false});
+    u.inputs.push_back({"value", Arg::of_var(ident(bound_name(w, "data"), where, "value name")), false});
+    return u;
   }
 
   Op op(const coreml::Operation& po, const std::string& at) {
