@@ -409,5 +409,107 @@ TEST(Mlpackage, CliExitCodeForAMalformedPackage) {
   EXPECT_NE(r.err.find("specification version 11"), std::string::npos) << r.err;
 }
 
+
+// ---- save_mlpackage ----
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The protobuf writer (save_mlpackage, read back by the protobuf reader)
+// against the text writer (save_model: print_mil, read back by the text
+// parser): two independent paths must give the same program, blobs and all.
+void expect_writers_agree(const Program& p, int64_t inline_limit) {
+  const std::string dir = test::temp_dir("mlpackage_writer");
+  save_model(p, dir + "/m.mlmodelc", inline_limit);
+  save_mlpackage(p, dir + "/m.mlpackage", inline_limit);
+  Program text = load_model(dir + "/m.mlmodelc"), proto = load_model(dir + "/m.mlpackage");
+  for (Program* q : {&text, &proto}) q->attrs.clear();  // program attributes (buildInfo) are not written
+  EXPECT_EQ(ir_diff(proto, text), "");
+  verify(proto);
+}
+
+TEST(MlpackageWriter, SameProgramAsTheBundleWriterForEveryDtype) {
+  const std::string text =
+      "program(1.0)\n{\n  func main<ios18>(tensor<fp32, [2]> x, tensor<int32, [3]> i) {\n"
+      "    tensor<fp16, [2]> c_fp16 = const()[name = tensor<string, []>(\"c_fp16\"), val = tensor<fp16, [2]>([1.5, -2])];\n"
+      "    tensor<fp64, []> c_fp64 = const()[name = tensor<string, []>(\"c_fp64\"), val = tensor<fp64, []>(0.1)];\n"
+      "    tensor<int64, [2]> c_i64 = const()[name = tensor<string, []>(\"c_i64\"), val = tensor<int64, [2]>([-5, 1099511627776])];\n"
+      "    tensor<uint64, []> c_u64 = const()[name = tensor<string, []>(\"c_u64\"), val = tensor<uint64, []>(18446744073709551615)];\n"
+      "    tensor<int8, [3]> c_i8 = const()[name = tensor<string, []>(\"c_i8\"), val = tensor<int8, [3]>([-128, 127, 1])];\n"
+      "    tensor<uint16, [2]> c_u16 = const()[name = tensor<string, []>(\"c_u16\"), val = tensor<uint16, [2]>([65535, 3])];\n"
+      "    tensor<uint32, [1]> c_u32 = const()[name = tensor<string, []>(\"c_u32\"), val = tensor<uint32, [1]>([4000000000])];\n"
+      "    tensor<int4, [3]> c_i4 = const()[name = tensor<string, []>(\"c_i4\"), val = tensor<int4, [3]>([-1, 7, -8])];\n"
+      "    tensor<uint2, [5]> c_u2 = const()[name = tensor<string, []>(\"c_u2\"), val = tensor<uint2, [5]>([1, 2, 3, 0, 1])];\n"
+      "    tensor<bool, [3]> c_bool = const()[name = tensor<string, []>(\"c_bool\"), val = tensor<bool, [3]>([true, false, true])];\n"
+      "    tensor<string, [2]> c_str = const()[name = tensor<string, []>(\"c_str\"), val = tensor<string, [2]>([\"a\", \"b\\\"c\"])];\n"
+      "    tensor<bf16, []> c_bf16 = const()[name = tensor<string, []>(\"c_bf16\"), val = tensor<bf16, []>(1.5)];\n"
+      "    tensor<fp32, [2]> s = add(x = x, y = tensor<fp32, [2]>([0.5, -4]))[name = tensor<string, []>(\"add_0\")];\n"
+      "    tensor<fp32, [4]> cat = concat(axis = tensor<int32, []>(0), interleave = tensor<bool, []>(false), "
+      "values = (x, s))[name = tensor<string, []>(\"cat\")];\n"
+      "    tensor<int32, [3]> j = add(x = i, y = i)[name = tensor<string, []>(\"j\")];\n"
+      "  } -> (cat, j);\n}\n";
+  const Program p = parse_mil(text, "every.mil", ".");
+  for (int64_t limit : {int64_t(16), int64_t(1)}) {  // inline, then every literal of 2+ elements in weight.bin
+    SCOPED_TRACE("inline_limit " + std::to_string(limit));
+    expect_writers_agree(p, limit);
+  }
+}
+
+TEST(MlpackageWriter, RealModelsAndTheirDescription) {
+  MILRT_REQUIRE_SHARED();
+  const std::string dir = test::shared_dir() + "/testdata/coreml/silero-vad/";
+  for (const char* name : {"silero-vad-unified-v6.0.0", "unified_int8", "unified_palette_4bit"}) {
+    SCOPED_TRACE(name);
+    expect_writers_agree(load_model(dir + name + ".mlmodelc"), 16);
+  }
+  const std::string out = test::temp_dir("mlpackage_desc") + "/s.mlpackage";
+  save_mlpackage(load_model(dir + "unified_int8.mlmodelc"), out);
+  const ModelDescription d = load_model_description(out);
+  EXPECT_EQ(d.specification_version, 7);  // ios16
+  ASSERT_EQ(d.inputs.size(), 3u);
+  for (const auto& in : d.inputs) {
+    EXPECT_EQ(in.kind, "multiArray");
+    EXPECT_EQ(in.dtype, DType::FP32) << in.name;
+  }
+  EXPECT_EQ(d.inputs[0].name, "audio_input");
+  EXPECT_EQ(d.inputs[0].shape, (Shape{1, 576}));
+  ASSERT_EQ(d.outputs.size(), 3u);
+  EXPECT_EQ(d.outputs[0].shape, (Shape{1, 1, 1}));
+  // The same program gives the same bytes (identifiers derived from the content).
+  const std::string again = test::temp_dir("mlpackage_desc2") + "/s.mlpackage";
+  save_mlpackage(load_model(dir + "unified_int8.mlmodelc"), again);
+  for (const char* f : {"/Manifest.json", "/Data/com.apple.CoreML/model.mlmodel", "/Data/com.apple.CoreML/weights/weight.bin"})
+    EXPECT_EQ(file_bytes(out + f), file_bytes(again + f)) << f;
+}
+
+TEST(MlpackageWriter, FlexibleInputsGetARangeAndUnsupportedOnesAreRefused) {
+  Program flex = parse_mil("program(1.0)\n{\n  func main<ios17>(tensor<fp32, [1, ?]> x) {\n"
+                           "    tensor<fp32, [1, ?]> y = relu(x = x)[name = tensor<string, []>(\"y\")];\n  } -> (y);\n}\n",
+                           "flex.mil", ".");
+  const std::string dir = test::temp_dir("mlpackage_flex");
+  save_mlpackage(flex, dir + "/f.mlpackage");
+  const ModelDescription d = load_model_description(dir + "/f.mlpackage");
+  EXPECT_EQ(d.specification_version, 8);  // ios17
+  ASSERT_EQ(d.inputs.size(), 1u);
+  EXPECT_EQ(d.inputs[0].shape, (Shape{1, 1}));
+  ASSERT_EQ(d.inputs[0].shape_range.size(), 2u);
+  EXPECT_EQ(d.inputs[0].shape_range[1].lower, 1);
+  EXPECT_EQ(d.inputs[0].shape_range[1].upper, -1);
+  EXPECT_EQ(ir_diff(load_model(dir + "/f.mlpackage"), flex), "");
+
+  Program bf16 = parse_mil("program(1.0)\n{\n  func main<ios18>(tensor<bf16, [2]> x) {\n"
+                           "    tensor<bf16, [2]> y = relu(x = x)[name = tensor<string, []>(\"y\")];\n  } -> (y);\n}\n",
+                           "bf16.mil", ".");
+  try {
+    save_mlpackage(bf16, dir + "/b.mlpackage");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'x' is bf16: Core ML's multi-arrays are"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace milrt

@@ -81,4 +81,14 @@ std::vector<std::string> legalize_layout_idioms(Program& p);
 // (blob storage v2) with BLOBFILE references to it. Files are written atomically.
 void save_model(const Program& p, const std::string& dir, int64_t inline_limit = 16);
 
+// Writes a program as an `.mlpackage` directory, as coremltools writes one:
+// DIR/Manifest.json, DIR/Data/com.apple.CoreML/model.mlmodel (a protobuf
+// Model: the ML program, and a description of the `main` function's inputs,
+// states and outputs as multi-arrays) and weights/weight.bin (literals of more
+// than `inline_limit` elements). load_model of the result gives the program
+// back (ir_diff "" up to the order of function inputs). Only tensor
+// constants are written; a description needs fp16/fp32/fp64/int32/int8
+// inputs and outputs. Files are written atomically; throws milrt::Error.
+void save_mlpackage(const Program& p, const std::string& dir, int64_t inline_limit = 16);
+
 }  // namespace milrt

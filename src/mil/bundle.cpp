@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 
+#include "mil/literal_blobs.h"
 #include "mil/mlpackage.h"
 #include "milrt/blob.h"
 #include "milrt/error.h"
@@ -193,13 +194,18 @@ void externalize(Arg& a, BlobWriter& w, int64_t limit, bool& used) {
 }
 }  // namespace
 
+bool move_large_literals_to_blobs(Program& p, BlobWriter& w, int64_t inline_limit) {
+  bool used = false;
+  for (auto& f : p.functions)
+    for (auto& op : f.ops)
+      for (auto& in : op.inputs) externalize(in.arg, w, inline_limit, used);
+  return used;
+}
+
 void save_model(const Program& p, const std::string& dir, int64_t inline_limit) {
   Program q = p;
   BlobWriter w;
-  bool used = false;
-  for (auto& f : q.functions)
-    for (auto& op : f.ops)
-      for (auto& in : op.inputs) externalize(in.arg, w, inline_limit, used);
+  const bool used = move_large_literals_to_blobs(q, w, inline_limit);
   std::error_code ec;
   fs::create_directories(fs::path(dir) / "weights", ec);
   if (ec) throw Error(dir + ": error: cannot create directory: " + ec.message());

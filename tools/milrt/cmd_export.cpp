@@ -31,7 +31,7 @@ namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 
 struct Args {
-  std::string checkpoint, out, weights = "fp32", cache = "fp16";
+  std::string checkpoint, out, weights = "fp32", cache = "fp16", format;
   int64_t block = 32, tokens = 1;
   bool overwrite = false;
 };
@@ -180,14 +180,16 @@ void move_into_place(const fs::path& from, const fs::path& to, bool replace) {
   fs::rename(parked, from);
 }
 
-void check_out(const fs::path& out, bool overwrite) {
+void check_out(const fs::path& out, bool overwrite, bool package) {
   std::error_code ec;
   const auto st = fs::symlink_status(out, ec);
   if (!fs::exists(st)) return;
   if (!overwrite) throw Error("export: " + out.string() + " exists; give --overwrite to replace it");
-  // --overwrite replaces a bundle, never some other directory or file given by mistake.
-  if (!fs::is_directory(st) || !fs::exists(out / "model.mil", ec))
-    throw Error("export: " + out.string() + " exists and is not a bundle (a directory with model.mil); not replaced");
+  // --overwrite replaces a model of the same kind, never some other directory or file given by mistake.
+  const char* marker = package ? "Manifest.json" : "model.mil";
+  if (!fs::is_directory(st) || !fs::exists(out / marker, ec))
+    throw Error("export: " + out.string() + " exists and is not " + (package ? "a package" : "a bundle") +
+                " (a directory with " + marker + "); not replaced");
 }
 
 void run(Args a) {
@@ -196,7 +198,12 @@ void run(Args a) {
   while (a.out.size() > 1 && a.out.back() == '/') a.out.pop_back();
   if (a.out.empty()) throw Error("export: --out is empty");
   const fs::path out = fs::absolute(a.out);
-  check_out(out, a.overwrite);
+  // The format: --format, else the extension of --out (.mlpackage; anything else a compiled bundle).
+  if (a.format.empty()) a.format = out.extension() == ".mlpackage" ? "mlpackage" : "mlmodelc";
+  if (a.format != "mlpackage" && a.format != "mlmodelc")
+    throw Error("export: --format must be mlmodelc or mlpackage, got '" + a.format + "'");
+  const bool package = a.format == "mlpackage";
+  check_out(out, a.overwrite, package);
 
   llm::LlamaWeights w = llm::load_llama2c_checkpoint(a.checkpoint);
   if (a.tokens < 1 || a.tokens > w.cfg.seq)
@@ -214,8 +221,12 @@ void run(Args a) {
   std::error_code ec;
   fs::remove_all(tmp, ec);
   try {
-    save_model(p, tmp.string(), 16);
-    write_file_atomic((tmp / "metadata.json").string(), metadata(p.functions.at(0), w.cfg, a));
+    if (package) {
+      save_mlpackage(p, tmp.string(), 16);
+    } else {
+      save_model(p, tmp.string(), 16);
+      write_file_atomic((tmp / "metadata.json").string(), metadata(p.functions.at(0), w.cfg, a));
+    }
     move_into_place(tmp, out, fs::exists(out));
   } catch (...) {
     fs::remove_all(tmp, ec);
@@ -223,7 +234,7 @@ void run(Args a) {
   }
   fs::remove_all(tmp, ec);  // the replaced bundle, when there was one
 
-  const fs::path blob = out / "weights" / "weight.bin";
+  const fs::path blob = (package ? out / "Data" / "com.apple.CoreML" : out) / "weights" / "weight.bin";
   const uintmax_t bytes = fs::exists(blob, ec) ? fs::file_size(blob, ec) : 0;
   std::string program = a.tokens == 1 ? "decode (1 token per run)" : "prefill (" + std::to_string(a.tokens) + " tokens per run)";
   std::string weights = a.weights + (storage == llm::WeightStorage::int8 ? " (block " + std::to_string(a.block) + ")" : "");
@@ -235,9 +246,12 @@ void run(Args a) {
 
 void add_export(CLI::App& app) {
   static Args a;
-  auto* cmd = app.add_subcommand("export", "Write a llama2.c checkpoint as a Core ML bundle (DIR.mlmodelc)");
+  auto* cmd = app.add_subcommand("export", "Write a llama2.c checkpoint as a Core ML model (DIR.mlmodelc or DIR.mlpackage)");
   cmd->add_option("--checkpoint", a.checkpoint, "llama2.c checkpoint (version 0 or 1)")->required();
-  cmd->add_option("--out", a.out, "the bundle directory to write, e.g. model.mlmodelc")->required();
+  cmd->add_option("--out", a.out, "the directory to write, e.g. model.mlmodelc or model.mlpackage")->required();
+  cmd->add_option("--format", a.format,
+                  "mlmodelc (a compiled bundle: model.mil + weights) or mlpackage (what coremltools writes: "
+                  "Manifest.json + protobuf model); default from --out's extension");
   cmd->add_option("--weights", a.weights, "storage of the matrices: fp32 (default), fp16, bf16 (milrt only), int8");
   cmd->add_option("--block", a.block, "int8: elements of a row sharing one scale (default 32)");
   cmd->add_option("--tokens", a.tokens, "tokens per run: 1 = the decode program (default), T > 1 = a T-token prefill");
