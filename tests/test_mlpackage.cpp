@@ -511,5 +511,38 @@ TEST(MlpackageWriter, FlexibleInputsGetARangeAndUnsupportedOnesAreRefused) {
   }
 }
 
+
+// milrt convert: a bundle to a package and back, and to text; the package
+// holds the bundle's program and never points at the bundle's files.
+TEST(ConvertCli, BundleToPackageToBundleAndText) {
+  MILRT_REQUIRE_SHARED();
+  const std::string src = test::shared_dir() + "/testdata/coreml/silero-vad/unified_int8.mlmodelc";
+  const std::string dir = test::temp_dir("convert_cli");
+  auto r = test::run_cli({"convert", src, "--out", dir + "/s.mlpackage"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("wrote 1 function, 137 ops: "), std::string::npos) << r.out;
+  r = test::run_cli({"convert", dir + "/s.mlpackage", "--out", dir + "/s.mlmodelc"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = test::run_cli({"convert", dir + "/s.mlpackage", "--out", dir + "/s.mil"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Program pkg = load_model(dir + "/s.mlpackage"), bundle = load_model(dir + "/s.mlmodelc");
+  for (Program* q : {&pkg, &bundle}) q->attrs.clear();
+  EXPECT_EQ(ir_diff(pkg, bundle), "");
+  EXPECT_EQ(file_bytes(dir + "/s.mil"), print_mil(load_model(dir + "/s.mlpackage")));
+  // Nothing in the package refers to the source bundle.
+  EXPECT_EQ(file_bytes(dir + "/s.mlpackage/Data/com.apple.CoreML/model.mlmodel").find("silero-vad"), std::string::npos);
+  // An existing model is kept without --overwrite; --format names what to write.
+  r = test::run_cli({"convert", src, "--out", dir + "/s.mlpackage"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("exists; give --overwrite"), std::string::npos) << r.err;
+  r = test::run_cli({"convert", src, "--out", dir + "/x", "--format", "zip"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--format must be mlmodelc or mlpackage"), std::string::npos) << r.err;
+  r = test::run_cli({"convert", src, "--out", dir + "/s.mlmodelc", "--format", "mlpackage", "--overwrite"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("is not a package"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::exists(dir + "/s.mlmodelc/model.mil")) << "the refused overwrite left the bundle alone";
+}
+
 }  // namespace
 }  // namespace milrt

@@ -2,22 +2,15 @@
 // model.mil, weights/weight.bin, metadata.json), holding the KV-cache decode
 // program (--tokens 1) or a T-token prefill program of
 // src/llm/llama_decoder.h, with its weights stored as --weights says.
-//
-// The bundle appears whole or not at all: it is written into a hidden sibling
-// directory and renamed into place, so a failed or interrupted export never
-// leaves a half-written bundle under --out, and --overwrite swaps the old
-// bundle out only once the new one is complete.
-#include <fcntl.h>
-#include <stdio.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
+// With --format mlpackage (or an .mlpackage --out) the same program as a
+// package. The model appears whole or not at all (model_dir_writer.h).
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "model_dir_writer.h"
 #include "llm/checkpoint.h"
 #include "llm/llama_decoder.h"
 #include "milrt/error.h"
@@ -157,53 +150,16 @@ std::string metadata(const Function& f, const llm::LlamaConfig& cfg, const Args&
   return json::array({m}).dump(2) + "\n";
 }
 
-// Moves `from` to `to`; an existing `to` (a directory) is exchanged with it
-// atomically where the kernel can (renameat2), and ends up at `from`.
-void move_into_place(const fs::path& from, const fs::path& to, bool replace) {
-  if (!replace) {
-    // RENAME_NOREPLACE: an --out created meanwhile by someone else is not clobbered.
-    if (renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return;
-    if (errno != EINVAL && errno != ENOSYS)
-      throw Error("export: cannot move the bundle to " + to.string() + ": " + std::strerror(errno));
-    if (fs::exists(to)) throw Error("export: " + to.string() + " appeared meanwhile; not replaced");
-    fs::rename(from, to);
-    return;
-  }
-  if (renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) == 0) return;
-  if (errno != EINVAL && errno != ENOSYS)
-    throw Error("export: cannot replace " + to.string() + ": " + std::strerror(errno));
-  // No exchange on this file system: two renames, the old bundle parked beside.
-  fs::path parked = from;
-  parked += ".old";
-  fs::rename(to, parked);
-  fs::rename(from, to);
-  fs::rename(parked, from);
-}
-
-void check_out(const fs::path& out, bool overwrite, bool package) {
-  std::error_code ec;
-  const auto st = fs::symlink_status(out, ec);
-  if (!fs::exists(st)) return;
-  if (!overwrite) throw Error("export: " + out.string() + " exists; give --overwrite to replace it");
-  // --overwrite replaces a model of the same kind, never some other directory or file given by mistake.
-  const char* marker = package ? "Manifest.json" : "model.mil";
-  if (!fs::is_directory(st) || !fs::exists(out / marker, ec))
-    throw Error("export: " + out.string() + " exists and is not " + (package ? "a package" : "a bundle") +
-                " (a directory with " + marker + "); not replaced");
-}
-
 void run(Args a) {
   const llm::WeightStorage storage = llm::parse_weight_storage(a.weights);
   if (a.block <= 0) throw Error("export: --block must be positive, got " + std::to_string(a.block));
   while (a.out.size() > 1 && a.out.back() == '/') a.out.pop_back();
   if (a.out.empty()) throw Error("export: --out is empty");
   const fs::path out = fs::absolute(a.out);
-  // The format: --format, else the extension of --out (.mlpackage; anything else a compiled bundle).
-  if (a.format.empty()) a.format = out.extension() == ".mlpackage" ? "mlpackage" : "mlmodelc";
-  if (a.format != "mlpackage" && a.format != "mlmodelc")
-    throw Error("export: --format must be mlmodelc or mlpackage, got '" + a.format + "'");
-  const bool package = a.format == "mlpackage";
-  check_out(out, a.overwrite, package);
+  const bool package = model_dir_format("export", a.format, out) == ModelDirFormat::mlpackage;
+  // Before the work, as the write checks it again.
+  if (fs::exists(fs::symlink_status(out)) && !a.overwrite)
+    throw Error("export: " + out.string() + " exists; give --overwrite to replace it");
 
   llm::LlamaWeights w = llm::load_llama2c_checkpoint(a.checkpoint);
   if (a.tokens < 1 || a.tokens > w.cfg.seq)
@@ -217,22 +173,16 @@ void run(Args a) {
     std::fprintf(stderr, "warning: Core ML cannot load bf16 weights (milrt can); for Apple's toolchain use --weights fp16 or int8\n");
   inline_constexpr_inputs(p.functions.at(0));
 
-  const fs::path tmp = out.parent_path() / ("." + out.filename().string() + ".tmp" + std::to_string(getpid()));
+  write_model_dir("export", out, package ? ModelDirFormat::mlpackage : ModelDirFormat::mlmodelc, a.overwrite,
+                  [&](const fs::path& tmp) {
+                    if (package) {
+                      save_mlpackage(p, tmp.string(), 16);
+                    } else {
+                      save_model(p, tmp.string(), 16);
+                      write_file_atomic((tmp / "metadata.json").string(), metadata(p.functions.at(0), w.cfg, a));
+                    }
+                  });
   std::error_code ec;
-  fs::remove_all(tmp, ec);
-  try {
-    if (package) {
-      save_mlpackage(p, tmp.string(), 16);
-    } else {
-      save_model(p, tmp.string(), 16);
-      write_file_atomic((tmp / "metadata.json").string(), metadata(p.functions.at(0), w.cfg, a));
-    }
-    move_into_place(tmp, out, fs::exists(out));
-  } catch (...) {
-    fs::remove_all(tmp, ec);
-    throw;
-  }
-  fs::remove_all(tmp, ec);  // the replaced bundle, when there was one
 
   const fs::path blob = (package ? out / "Data" / "com.apple.CoreML" : out) / "weights" / "weight.bin";
   const uintmax_t bytes = fs::exists(blob, ec) ? fs::file_size(blob, ec) : 0;

@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   milrt::cli::add_train(app);
   milrt::cli::add_generate(app);
   milrt::cli::add_export(app);
+  milrt::cli::add_convert(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {  // a command's own verdict, e.g. --tolerance exceeded
