@@ -480,6 +480,45 @@ std::map<std::string, Case> cases() {
     if (g.coin()) in.push_back({"bias", g.constant({cog * groups})});
     g.op("conv_transpose", in);
   });
+  // Pooling: 1 or 2 spatial dims (3 without ceil_mode), every pad_type,
+  // strides, ceil_mode with symmetric pads, exclude_padding on and off.
+  for (const char* pool : {"max_pool", "avg_pool", "l2_pool"}) {
+    t[pool] = custom(kF, [pool](Gen& g) {
+      const bool l2 = std::string(pool) == "l2_pool";
+      size_t nsp = size_t(g.pick(1, l2 ? 2 : 3));
+      bool ceil = nsp <= 2 && g.coin();
+      Shape xs = {g.pick(1, 2), g.pick(1, 3)};
+      std::vector<int64_t> k(nsp), s(nsp), pad;
+      for (size_t i = 0; i < nsp; ++i) {
+        xs.push_back(g.pick(3, nsp == 3 ? 5 : 9));
+        k[i] = g.pick(1, 3), s[i] = g.pick(1, 3);
+        int64_t p = g.pick(0, k[i] / 2);  // <= k / 2 (as PyTorch): no window of padding alone
+        pad.push_back(p), pad.push_back(ceil ? p : g.pick(0, k[i] / 2));
+      }
+      const char* types[] = {"valid", "custom", "same", "same_lower"};
+      std::string pad_type = types[g.pick(0, ceil ? 1 : 3)];
+      std::vector<std::pair<std::string, Operand>> in = {{"x", g.input(xs)}, {"kernel_sizes", lit_i32s(k)},
+                                                         {"strides", lit_i32s(s)}, {"pad_type", lit_str(pad_type)},
+                                                         {"ceil_mode", lit_bool(ceil)}};
+      if (pad_type == "custom") in.push_back({"pad", lit_i32s(pad)});
+      if (std::string(pool) == "avg_pool") in.push_back({"exclude_padding_from_average", lit_bool(g.coin())});
+      g.op(pool, in);
+    });
+  }
+  t["upsample_nearest_neighbor"] = custom(kF, [](Gen& g) {
+    Shape xs = g.shape(size_t(g.pick(3, 4)), 4);
+    g.op("upsample_nearest_neighbor", {{"x", g.input(xs)}, {"scale_factor_height", lit_f32(double(g.pick(2, 6)) / 2)},
+                                       {"scale_factor_width", lit_i32(g.pick(1, 3))}});
+  });
+  t["upsample_bilinear"] = custom(kF, [](Gen& g) {
+    Shape xs = g.shape(size_t(g.pick(3, 4)), 4);
+    int mode = int(g.pick(0, 2));  // align_corners, half_pixel_centers, neither
+    std::vector<std::pair<std::string, Operand>> in = {
+        {"x", g.input(xs)}, {"scale_factor_height", lit_f32(double(g.pick(2, 6)) / 2)},
+        {"scale_factor_width", lit_i32(g.pick(1, 3))}, {"align_corners", lit_bool(mode == 0)}};
+    if (mode != 0 || g.coin()) in.push_back({"half_pixel_centers", lit_bool(mode == 1)});
+    g.op("upsample_bilinear", in);
+  });
   t["layer_norm"] = custom(kF, [](Gen& g) {
     Shape s = g.shape(3);
     for (auto& d : s) d += 1;

@@ -42,6 +42,7 @@ void ensure_ops_registered() {
     register_fused_norm_ops();
     register_fused_conv_ops();
     register_conv_chain_ops();
+    register_pool_ops();
   });
 }
 

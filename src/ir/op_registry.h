@@ -103,6 +103,7 @@ void register_fused_attention_ops();    // milrt_softmax, milrt_attention
 void register_fused_norm_ops();         // milrt_rms_norm
 void register_fused_conv_ops();         // milrt_conv
 void register_conv_chain_ops();         // milrt_conv_chain
+void register_pool_ops();               // max/avg/l2_pool, upsample_nearest_neighbor/_bilinear
 
 // Calls every register_*_ops() once.
 void ensure_ops_registered();

@@ -88,6 +88,7 @@ void register_ref_fused_attention_ops();
 void register_ref_fused_norm_ops();
 void register_ref_fused_conv_ops();
 void register_ref_conv_chain_ops();
+void register_ref_pool_ops();
 void ensure_ref_ops_registered();
 
 }  // namespace milrt::ref

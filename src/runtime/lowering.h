@@ -103,6 +103,7 @@ void register_fused_attention_lowerings();    // lower/fused_attention.cpp: milr
 void register_fused_norm_lowerings();         // lower/fused_norm.cpp: milrt_rms_norm, layer_norm
 void register_fused_conv_lowerings();         // lower/fused_conv.cpp: milrt_conv
 void register_conv_chain_lowerings();         // lower/conv_chain.cpp: milrt_conv_chain
+void register_pool_lowerings();               // lower/pool.cpp: max/avg/l2_pool, upsample_*
 void register_state_lowerings();              // lower/state.cpp: read_state, coreml_update_state
 void register_gather_lowerings();             // lower/gather.cpp: gather (batch_dims 0)
 void register_scatter_gather_lowerings();     // lower/scatter_gather.cpp: scatter*, gather_nd/_along_axis, one_hot, fill, tile, ...
