@@ -6,6 +6,10 @@
 //    or [N, C, H, W]          -> matmul(W as [Cout, Cin], x as [N, C, L])
 //                                [+ add(b as [Cout, 1])] [-> reshape to 4-D]
 //  - squeeze / expand_dims with a static result -> reshape
+//  - pow(x, 2) with a constant exponent of 2 -> mul(x, x): the same value
+//    (exactly rounded where libm's pow is not always), one instruction in a
+//    fused elementwise loop instead of a call per element (Silero's STFT
+//    magnitude: 27% of its one-thread run)
 //  - reshape of a reshape     -> one reshape; reshape to x's own shape -> x
 //  - transpose of a transpose -> one transpose (composed perm); identity
 //    perm -> x; identity      -> x
@@ -135,11 +139,24 @@ bool to_reshape(const Op& op, Replacement& r) {
   return true;
 }
 
+// pow(x, 2) = x·x when the exponent is a constant 2 everywhere and does not
+// broadcast x to a larger shape.
+bool square_pow(const Op& op, Replacement& r) {
+  if (!op.has("y")) return false;
+  const ValueInfo x = r.info(*op.arg("x")), y = r.info(*op.arg("y"));
+  if (!y.value || y.type.dtype != x.type.dtype || op.outputs[0].type.shape != x.type.shape) return false;
+  for (size_t i = 0, n = size_t(y.value->numel()); i < n; ++i)
+    if (y.value->at(i) != 2) return false;
+  r.finish("mul", {{"x", *op.arg("x")}, {"y", *op.arg("x")}});
+  return true;
+}
+
 bool expand(const Op& op, Replacement& r) {
   if (op.outputs.size() != 1 || !op.has("x") || op.arg("x")->kind == Arg::Kind::Tuple) return false;
   if (op.type == "linear") return linear(op, r);
   if (op.type == "conv") return pointwise_conv(op, r);
   if (op.type == "squeeze" || op.type == "expand_dims") return to_reshape(op, r);
+  if (op.type == "pow") return square_pow(op, r);
   return false;
 }
 
