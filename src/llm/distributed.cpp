@@ -1,0 +1,138 @@
+#include "llm/distributed.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+
+#include "milrt/error.h"
+
+#ifndef MILRT_HAVE_MPI
+#define MILRT_HAVE_MPI 0  // CMake defines it to 1 when it found MPI
+#endif
+#if MILRT_HAVE_MPI
+#define OMPI_SKIP_MPICXX 1
+#include <mpi.h>
+#endif
+
+namespace milrt::llm::dist {
+namespace {
+
+bool launched_by_mpirun() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK"})
+    if (const char* s = std::getenv(v); s && *s) return true;
+  return false;
+}
+
+int g_rank = 0, g_size = 1;
+bool g_initialised = false;
+
+#if MILRT_HAVE_MPI
+void check(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  throw Error(std::string("MPI: ") + what + ": " + std::string(msg, size_t(len)));
+}
+void finalize_at_exit() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+#endif
+
+}  // namespace
+
+bool built_with_mpi() { return MILRT_HAVE_MPI != 0; }
+
+std::string build_description() {
+#if MILRT_HAVE_MPI
+  return "this build has MPI: run `mpirun -np N milrt train ...` for data-parallel training";
+#else
+  return "this build has no MPI (install libopenmpi-dev and rebuild for `mpirun -np N milrt train`)";
+#endif
+}
+
+int init() {
+  if (g_initialised) return g_size;
+  g_initialised = true;
+#if MILRT_HAVE_MPI
+  if (!launched_by_mpirun()) return g_size;
+  int provided = 0;
+  check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+  std::atexit(finalize_at_exit);
+  // Errors come back as codes (turned into exceptions, then abort_job) rather
+  // than killing the job without a word.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+#endif
+  return g_size;
+}
+
+int rank() { return g_rank; }
+int world_size() { return g_size; }
+
+void allreduce_mean(float* data, size_t n, size_t bucket_bytes) {
+  if (g_size == 1) return;
+#if MILRT_HAVE_MPI
+  const size_t bucket = std::max<size_t>(1, std::min<size_t>(bucket_bytes / sizeof(float), size_t(std::numeric_limits<int>::max())));
+  for (size_t off = 0; off < n; off += bucket) {
+    const int count = int(std::min(bucket, n - off));
+    check(MPI_Allreduce(MPI_IN_PLACE, data + off, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+  }
+  const float inv = 1.0f / float(g_size);
+  for (size_t i = 0; i < n; ++i) data[i] *= inv;
+#else
+  (void)data, (void)n, (void)bucket_bytes;
+#endif
+}
+
+#if MILRT_HAVE_MPI
+namespace {
+void allreduce_doubles(double* data, size_t n, MPI_Op op) {
+  if (g_size > 1) check(MPI_Allreduce(MPI_IN_PLACE, data, int(n), MPI_DOUBLE, op, MPI_COMM_WORLD), "MPI_Allreduce");
+}
+}  // namespace
+void allreduce_sum(double* data, size_t n) { allreduce_doubles(data, n, MPI_SUM); }
+void allreduce_max(double* data, size_t n) { allreduce_doubles(data, n, MPI_MAX); }
+#else
+void allreduce_sum(double*, size_t) {}
+void allreduce_max(double*, size_t) {}
+#endif
+
+void broadcast(void* data, size_t bytes, int root) {
+  if (g_size == 1) return;
+#if MILRT_HAVE_MPI
+  const size_t chunk = size_t(1) << 30;
+  for (size_t off = 0; off < bytes; off += chunk)
+    check(MPI_Bcast(static_cast<char*>(data) + off, int(std::min(chunk, bytes - off)), MPI_BYTE, root, MPI_COMM_WORLD),
+          "MPI_Bcast");
+#else
+  (void)data, (void)bytes, (void)root;
+#endif
+}
+
+void barrier() {
+  if (g_size == 1) return;
+#if MILRT_HAVE_MPI
+  check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
+#endif
+}
+
+bool abort_job(const std::string& message, int code) {
+  if (g_size == 1) return false;
+  std::fflush(stdout);
+  std::string line = message;
+  for (char& c : line)
+    if (c == '\n') c = ' ';
+  std::fprintf(stderr, "error: rank %d of %d: %s\n", g_rank, g_size, line.c_str());
+  std::fflush(stderr);
+#if MILRT_HAVE_MPI
+  MPI_Abort(MPI_COMM_WORLD, code);
+#endif
+  std::_Exit(code);
+}
+
+}  // namespace milrt::llm::dist

@@ -1,0 +1,43 @@
+// Data-parallel training across processes: the few collectives the trainer
+// needs, over MPI when milrt is built with it (CMake found MPI; then
+// MILRT_HAVE_MPI) and the process was started by mpirun, otherwise the
+// identity of a world of one process.
+//
+// MPI is initialised only when the launcher's environment says so
+// (OMPI_COMM_WORLD_SIZE, PMIX_RANK or PMI_SIZE): a plain `milrt train` of an
+// MPI build never calls MPI_Init and behaves exactly as a build without MPI.
+// Every call below is collective (all ranks call it, in the same order) and
+// comes from the main thread only.
+#pragma once
+#include <cstddef>
+#include <string>
+
+namespace milrt::llm::dist {
+
+// Whether this build can run under mpirun ("MPI" / "no MPI" for --help).
+bool built_with_mpi();
+std::string build_description();
+
+// Initialises MPI when launched by mpirun (idempotent; finalised at exit).
+// Returns the world size. Without MPI, or outside mpirun: 1.
+int init();
+int rank();
+int world_size();
+inline bool distributed() { return world_size() > 1; }
+
+// data[i] = mean over ranks of data[i], in buckets of at most bucket_bytes
+// (in place; the same result on every rank).
+void allreduce_mean(float* data, size_t n, size_t bucket_bytes = size_t(4) << 20);
+// data[i] = sum over ranks (doubles: losses, counters).
+void allreduce_sum(double* data, size_t n);
+// data[i] = max over ranks.
+void allreduce_max(double* data, size_t n);
+// Rank `root`'s bytes to every rank.
+void broadcast(void* data, size_t bytes, int root = 0);
+void barrier();
+// Prints "error: rank R of N: message" on stderr and ends every rank of the
+// job (MPI_Abort) with exit code `code`; a no-op returning false outside a
+// distributed run (the caller then reports the error as usual).
+bool abort_job(const std::string& message, int code = 2);
+
+}  // namespace milrt::llm::dist
