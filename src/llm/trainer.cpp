@@ -13,6 +13,7 @@
 #include "kernels/peak.h"
 #include "kernels/threads.h"
 #include "llm/checkpoint.h"
+#include "llm/distributed.h"
 #include "llm/train_report.h"
 #include "util/atomic_file.h"
 #include "milrt/autodiff.h"
@@ -84,6 +85,52 @@ void scale_gradients(TensorMap& grads, double s) {
   }
 }
 
+// Data-parallel runs: the step's gradients averaged over ranks, small tensors
+// packed into buckets of about 4 MB so that no reduction is tiny, large ones
+// reduced in place. The order is the task's weight order, the same on every
+// rank. Returns the number of all-reduce calls (buckets).
+int64_t allreduce_gradients(TensorMap& grads, const std::vector<WeightSpec>& order, std::vector<float>& bucket) {
+  constexpr size_t kBucket = size_t(1) << 20;  // floats: 4 MB
+  int64_t calls = 0;
+  std::vector<std::pair<float*, size_t>> packed;
+  bucket.reserve(kBucket);
+  auto flush = [&] {
+    if (packed.empty()) return;
+    dist::allreduce_mean(bucket.data(), bucket.size());
+    ++calls;
+    size_t off = 0;
+    for (auto [p, n] : packed) std::copy(bucket.data() + off, bucket.data() + off + n, p), off += n;
+    packed.clear(), bucket.clear();
+  };
+  for (const WeightSpec& w : order) {
+    Tensor& g = grads.at(w.name);
+    float* p = g.mutable_ptr<float>();
+    const size_t n = size_t(g.numel());
+    if (n >= kBucket / 2) {
+      dist::allreduce_mean(p, n, kBucket * sizeof(float));
+      calls += int64_t((n + kBucket - 1) / kBucket);
+      continue;
+    }
+    if (bucket.size() + n > kBucket) flush();
+    bucket.insert(bucket.end(), p, p + n);
+    packed.push_back({p, n});
+  }
+  flush();
+  return calls;
+}
+
+// FNV-1a over the weights' bytes in the task's order: equal on every rank
+// when the data-parallel steps kept the replicas identical.
+uint64_t weights_checksum(const TensorMap& weights, const std::vector<WeightSpec>& order) {
+  uint64_t h = 1469598103934665603ull;
+  for (const WeightSpec& w : order) {
+    const Tensor& t = weights.at(w.name);
+    const auto* b = static_cast<const unsigned char*>(static_cast<const void*>(t.ptr<float>()));
+    for (size_t i = 0, n = size_t(t.numel()) * sizeof(float); i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  }
+  return h;
+}
+
 bool all_finite(const TensorMap& grads) {
   for (const auto& [name, g] : grads) {
     const float* p = g.ptr<float>();
@@ -135,6 +182,16 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
   if (opt.steps < 0 || opt.accum < 1) throw Error("train: --steps must be >= 0 and --accum >= 1");
   check_weights(task, weights);
   own_weights(weights);
+  // Data parallelism (1 rank unless launched by mpirun): every replica starts
+  // from rank 0's weights.
+  const int world = dist::world_size(), rank = dist::rank();
+  const bool quiet = opt.quiet || rank != 0;
+  const bool writer = rank == 0 && !opt.out_dir.empty();
+  if (world > 1)
+    for (const WeightSpec& w : task.weights) {
+      Tensor& t = weights.at(w.name);
+      dist::broadcast(t.mutable_ptr<float>(), size_t(t.numel()) * sizeof(float));
+    }
   const Function* fwd = task.program.function("main");
   if (!fwd) throw Error("train: the task's program has no function main");
 
@@ -163,6 +220,10 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
   if (profiling) step_plan.set_profiling(true, opt.trace), eval_plan.set_profiling(true, opt.trace);
 
   TensorMap data = make_data_inputs(*fwd, task.weights);
+  // The micro-batches of the other ranks, drawn and dropped so that every
+  // rank's sampler stays at the same place in the one shared stream.
+  TensorMap others = world > 1 ? make_data_inputs(*fwd, task.weights) : TensorMap{};
+  std::vector<float> bucket;
   TensorMap grads, micro;  // micro: one micro-step's gradients when accumulating
   for (const WeightSpec& w : task.weights) {
     grads[w.name] = Tensor(DType::FP32, w.shape);
@@ -195,6 +256,7 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
     log.phase_spans.push_back({name, "trainer", Plan::trace_thread_id(), ns(t0.time_since_epoch()), ns(Clock::now() - t0)});
   };
   log.threads = kernels::num_threads();
+  log.world_size = world;
   log.compile_ms = compile_ms;
   namespace fs = std::filesystem;
   const std::string ckpt = opt.out_dir.empty() ? "" : (fs::path(opt.out_dir) / "checkpoint.bin").string();
@@ -216,7 +278,7 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
     log.first_step = loop_step;
     log.rows = read_loss_csv(csv_path, loop_step);
   }
-  if (!opt.out_dir.empty()) fs::create_directories(opt.out_dir);
+  if (writer) fs::create_directories(opt.out_dir);
 
   auto evaluate = [&](std::vector<double>* fwd_ms) {
     double sum = 0;
@@ -224,17 +286,21 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
     if (task.begin_validation) task.begin_validation();
     const auto eval_t0 = Clock::now();
     for (int64_t b = 0; b < std::max<int64_t>(1, opt.eval_batches); ++b) {
-      task.next_batch(data, /*validation=*/true);
+      // Data-parallel: rank r evaluates batches r, r + N, ...; the sum is global.
+      const bool mine = b % world == rank;
+      task.next_batch(mine ? data : others, /*validation=*/true);
+      if (!mine) continue;
       auto t0 = Clock::now();
       eval_plan.run();
       if (fwd_ms) fwd_ms->push_back(ms_since(t0));
       sum += eval_loss;
     }
+    dist::allreduce_sum(&sum, 1);
     span("eval", eval_t0);
     return sum / double(std::max<int64_t>(1, opt.eval_batches));
   };
   auto save = [&](int64_t step) {
-    if (opt.out_dir.empty()) return;
+    if (!writer) return;  // rank 0 alone writes the run directory
     if (task.save_weights) task.save_weights(ckpt, weights);
     TrainState st = adamw.state();
     st.step = step;
@@ -250,7 +316,8 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
     if (opt.on_save) opt.on_save(step, log);
   };
 
-  const bool live = !opt.quiet && isatty(STDERR_FILENO);
+  const bool live = !quiet && isatty(STDERR_FILENO);
+  std::vector<double> t_comm;
   std::vector<double> t_fb, t_fwd, t_opt, t_data, t_step, t_acc;
   int64_t step = log.first_step;
   int64_t profile_from = step;  // the first profiled step, and where its phase times start
@@ -262,7 +329,8 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
     if (scale_input) *scale_input = float(scale);
     for (int64_t a = 0; a < opt.accum; ++a) {
       auto t0 = Clock::now();
-      task.next_batch(data, /*validation=*/false);
+      // Rank r's a-th micro-batch of step s is micro-batch (s*A + a)*N + r of the stream.
+      for (int r = 0; r < world; ++r) task.next_batch(r == rank ? data : others, /*validation=*/false);
       t_data.push_back(ms_since(t0));
       span("data", t0);
       t0 = Clock::now();
@@ -278,6 +346,21 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
     }
     auto t0 = Clock::now();
     if (opt.accum > 1 || scaling) scale_gradients(grads, 1.0 / (double(opt.accum) * scale));
+    // Data-parallel: the global mean of the gradients and of the loss, and
+    // whether any rank was asked to stop (so all stop after the same step).
+    bool stop_all = false;
+    if (world > 1) {
+      const auto c0 = Clock::now();
+      log.allreduce_buckets = allreduce_gradients(grads, task.weights, bucket);
+      double red[2] = {loss_sum, opt.stop && opt.stop->load() ? 1.0 : 0.0};
+      dist::allreduce_sum(red, 2);
+      loss_sum = red[0] / double(world);
+      stop_all = red[1] > 0;
+      t_comm.push_back(ms_since(c0));
+      log.allreduce_ms += t_comm.back();
+      span("allreduce", c0);
+      t0 = Clock::now();
+    }
     const double lr = learning_rate(opt.adamw, step);
     const bool skipped = scaling && !all_finite(grads);
     double grad_norm = NAN;
@@ -289,7 +372,7 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
       if (ls.scale < 0x1p-24)
         throw Error(fmt::format("train: the gradients are not finite even at loss scale {:g} (step {}): the model diverged; "
                                 "lower the learning rate", scale, step + 1));
-      if (!opt.quiet) {
+      if (!quiet) {
         if (live) std::fprintf(stderr, "\r\033[K");
         std::printf("step %lld: non-finite gradients at loss scale %g: step skipped, scale now %g\n",
                     (long long)(step + 1), scale, ls.scale);
@@ -316,15 +399,17 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
 
     const double step_ms = median(t_step);
     const double eta = step_ms * double(opt.steps - step - 1) / 1000.0;
-    const double tok_s = task.tokens_per_microstep > 0 ? double(task.tokens_per_microstep * opt.accum) / (step_ms / 1000) : 0;
+    const double tok_s = task.tokens_per_microstep > 0 ? double(task.tokens_per_microstep * opt.accum * world) / (step_ms / 1000) : 0;
     std::string line = fmt::format("step {}/{} | loss {:.4f}", step + 1, opt.steps, row.loss);
     if (!std::isnan(row.val_loss)) line += fmt::format(" | val {:.4f}", row.val_loss);
     if (tok_s > 0) line += fmt::format(" | {:.0f} tok/s", tok_s);
-    line += fmt::format(" | {:.1f} ms/step | lr {:.2e} | ETA {}", step_ms, lr, fmt_duration(eta));
+    line += fmt::format(" | {:.1f} ms/step", step_ms);
+    if (world > 1) line += fmt::format(" (allreduce {:.1f}) | {} ranks", median(t_comm), world);
+    line += fmt::format(" | lr {:.2e} | ETA {}", lr, fmt_duration(eta));
     if (live) std::fprintf(stderr, "\r\033[K%s", line.c_str());
-    else if (!opt.quiet && (opt.phase_lines || (step + 1) % std::max(1, opt.log_every) == 0 || last || !std::isnan(row.val_loss)))
+    else if (!quiet && (opt.phase_lines || (step + 1) % std::max(1, opt.log_every) == 0 || last || !std::isnan(row.val_loss)))
       std::printf("%s\n", line.c_str()), std::fflush(stdout);
-    if (opt.phase_lines && !opt.quiet) {
+    if (opt.phase_lines && !quiet) {
       // This step alone, per micro-step, as the seed prints each batch.
       const size_t n = size_t(opt.accum);
       auto mean_last = [&](const std::vector<double>& v, size_t k) {
@@ -343,7 +428,7 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
       profile_from = step + 1, profile_data = t_data.size(), profile_opt = t_opt.size(), profile_acc = t_acc.size();
     }
     if (opt.save_every > 0 && (step + 1) % opt.save_every == 0 && !last) save(step + 1);
-    if (opt.stop && opt.stop->load()) {
+    if (world > 1 ? stop_all : opt.stop && opt.stop->load()) {
       log.interrupted = true;
       ++step;
       break;
@@ -352,6 +437,19 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
   if (live) std::fprintf(stderr, "\n");
   if (t_fwd.empty() && !log.interrupted) evaluate(&t_fwd);
   log.ms_accumulate = median(t_acc);
+  log.ms_allreduce = median(t_comm);
+  if (world > 1) {
+    for (const WeightSpec& w : task.weights) log.allreduce_bytes += int64_t(weights.at(w.name).numel() * sizeof(float));
+    // The replicas must have stayed identical: compare rank 0's checksum.
+    log.weights_checksum = weights_checksum(weights, task.weights);
+    uint64_t root = log.weights_checksum;
+    dist::broadcast(&root, sizeof root);
+    double differs = root != log.weights_checksum ? 1 : 0;
+    dist::allreduce_max(&differs, 1);
+    if (differs > 0)
+      throw Error(fmt::format("train: the ranks' weights differ after step {} (rank {} checksum {:016x}, rank 0 {:016x})",
+                              step, rank, log.weights_checksum, root));
+  }
   save(step);
   log.wall_ms = ms_since(run_start);
   log.loss_scale = ls.scale;
@@ -379,11 +477,28 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
                                               ? kernels::bf16_peak_kind()
                                               : kernels::PeakKind::fp32_fma);
   log.peak_gflops = opt.peak_gflops;
-  if (!opt.out_dir.empty()) {
-    const std::string report = efficiency_report(task, opt, log);
+  if (writer) {
+    const std::string report = efficiency_report(task, opt, log) + distributed_report(task, opt, log);
     write_file_atomic((fs::path(opt.out_dir) / "report.txt").string(), report.data(), report.size());
   }
   return log;
+}
+
+std::string distributed_report(const TrainTask& task, const TrainOptions& opt, const TrainLog& log) {
+  if (log.world_size <= 1) return "";
+  const double step_ms = log.micro_steps > 0 ? log.train_ms / (double(log.micro_steps) / double(opt.accum)) : 0;
+  std::string r = fmt::format("data parallel: {} ranks x accum {} = {} micro-batches per optimizer step", log.world_size,
+                              opt.accum, int64_t(log.world_size) * opt.accum);
+  if (task.tokens_per_microstep > 0 && step_ms > 0)
+    r += fmt::format(", {:.0f} tok/s global", double(task.tokens_per_microstep * opt.accum * log.world_size) / (step_ms / 1000));
+  r += "\n";
+  r += fmt::format("gradient all-reduce: {:.2f} ms/step median ({:.1f}% of {:.1f} ms/step mean), {:.2f} MB in {} bucket{}, "
+                   "{:.0f} ms in all\n",
+                   log.ms_allreduce, step_ms > 0 ? 100.0 * log.allreduce_ms / log.train_ms : 0.0, step_ms,
+                   double(log.allreduce_bytes) / 1e6, log.allreduce_buckets, log.allreduce_buckets == 1 ? "" : "s",
+                   log.allreduce_ms);
+  r += fmt::format("final weights identical on all {} ranks (checksum {:016x})\n", log.world_size, log.weights_checksum);
+  return r;
 }
 
 }  // namespace milrt::llm

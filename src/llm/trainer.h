@@ -129,14 +129,38 @@ struct TrainLog {
   int64_t profiled_steps = 0;
   Plan::Profile step_profile, eval_profile;
   std::vector<TraceSpan> phase_spans;  // TrainOptions::trace: data, accumulate, optimizer, eval
+  // Data-parallel runs (src/llm/distributed.h; 1 rank otherwise): the ranks,
+  // the gradient all-reduce's median ms per optimizer step and its total in
+  // this call, the bytes and buckets it reduces per step, and the checksum of
+  // the final weights, checked equal on every rank.
+  int world_size = 1;
+  double ms_allreduce = 0, allreduce_ms = 0;
+  int64_t allreduce_bytes = 0, allreduce_buckets = 0;
+  uint64_t weights_checksum = 0;
 };
 
-// Runs the loop; returns what it measured. Files in out_dir: checkpoint.bin
+// Runs the loop; returns what it measured.
+//
+// Under mpirun (llm::dist::init() called first, world size N > 1) the loop is
+// data-parallel: every rank runs the same steps on its own micro-batches and
+// the gradients are averaged over ranks before the (identical) AdamW step.
+// The ranks share one data stream: every rank draws every micro-batch of the
+// task's sampler and keeps the r-th of each N in a row, so N ranks with
+// --accum A see, per optimizer step, exactly the micro-batches one process
+// with --accum N*A sees (validation batches are split the same way). The
+// losses are global means; rank 0 alone writes out_dir; the weights start
+// from rank 0's and are checked equal on every rank at the end.
+//
+// Files in out_dir: checkpoint.bin
 // (the task's format), train_state.bin, losses.csv, loss.svg, report.txt.
 TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights);
 
 // The efficiency report (the seed's): ms/step split into forward, backward,
 // optimizer and data; useful TFLOP/s; fraction of the measured peak.
 std::string efficiency_report(const TrainTask& task, const TrainOptions& opt, const TrainLog& log);
+
+// Data-parallel runs: ranks, global batch and tokens/s, time in the gradient
+// all-reduce, and the final weights' cross-rank check ("" for one process).
+std::string distributed_report(const TrainTask& task, const TrainOptions& opt, const TrainLog& log);
 
 }  // namespace milrt::llm

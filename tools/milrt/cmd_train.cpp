@@ -6,10 +6,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fmt/format.h>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "kernels/threads.h"
 #include "llm/checkpoint.h"
+#include "llm/distributed.h"
 #include "llm/run_record.h"
 #include "llm/sample.h"
 #include "llm/seed_report.h"
@@ -84,6 +87,36 @@ void take_run_record(Args& a) {
   if (!a.given("--accum")) a.accum = r.accum;
 }
 
+// run.json's "world_size": the number of data-parallel ranks (mpirun -np)
+// the run was made with; a record without it was made by one process. A
+// resumed run must have as many (its data position and batch split depend on
+// it).
+constexpr const char* kWorldSizeKey = "world_size";
+
+int64_t recorded_world_size(const std::string& dir) {
+  std::ifstream in(std::filesystem::path(dir) / "run.json");
+  if (!in) return 1;
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() && j.contains(kWorldSizeKey) && j[kWorldSizeKey].is_number_integer() ? j[kWorldSizeKey].get<int64_t>() : 1;
+}
+
+// Adds the world size to the run.json save_run_record just wrote (atomically).
+void record_world_size(const std::string& dir, int world) {
+  const std::string path = (std::filesystem::path(dir) / "run.json").string();
+  std::ifstream in(path);
+  nlohmann::json j = nlohmann::json::parse(in);
+  j[kWorldSizeKey] = world;
+  write_file_atomic(path, j.dump(2) + "\n");
+}
+
+void check_same_world(const std::string& dir) {
+  const int64_t had = recorded_world_size(dir), now = llm::dist::world_size();
+  if (had != now)
+    throw Error(fmt::format("train: {} was trained by {} process{} (mpirun -np {}), not {}: resume it with the same "
+                            "number of ranks (its data position and batch split depend on it)",
+                            dir, had, had == 1 ? "" : "es", had, now));
+}
+
 // What this invocation trains; a resumed run's counters go on from its record.
 llm::RunRecord this_run(const Args& a) {
   llm::RunRecord r = a.record.value_or(llm::RunRecord{});
@@ -127,6 +160,7 @@ llm::TrainOptions train_options(const Args& a) {
     const std::string dir = a.out;
     t.on_save = [base, dir](int64_t step, const llm::TrainLog& log) {
       llm::save_run_record(dir, add_counters(base, step, log));
+      if (log.world_size > 1) record_world_size(dir, log.world_size);
     };
   }
   // fp16 is the task's program (fp16 compute, loss scaling); its matrix
@@ -185,9 +219,12 @@ void run_llama(Args& a) {
               cfg.str().c_str(), double(cfg.param_count()) / 1e6, a.tokenizer.empty() ? "byte" : "llama2.c",
               (long long)a.batch, (long long)(a.seq > 0 ? a.seq : cfg.seq), (long long)a.accum, kernels::num_threads(),
               kernels::num_threads() == 1 ? "" : "s");
+  if (llm::dist::distributed())
+    std::printf("data parallel: %d ranks (MPI), rank r takes micro-batch r of every %d in a row\n", llm::dist::world_size(),
+                llm::dist::world_size());
   std::fflush(stdout);
   llm::TrainLog log = llm::train(task, t, weights);
-  std::printf("%s", llm::efficiency_report(task, t, log).c_str());
+  std::printf("%s%s", llm::efficiency_report(task, t, log).c_str(), llm::distributed_report(task, t, log).c_str());
   report_train_profile(log);
   if (log.interrupted) std::printf("interrupted: checkpoint saved at step %lld in %s\n", (long long)(log.rows.empty() ? 0 : log.rows.back().step), a.out.c_str());
   else if (!a.out.empty()) std::printf("saved %s (llama2.c v%d), train_state.bin, losses.csv, loss.svg, report.txt\n", resume_ckpt.c_str(), a.checkpoint_version);
@@ -223,9 +260,12 @@ void run_seed_layer(Args& a) {
   };
   std::printf("%s%d thread%s\n", llm::seed_layer_banner(cfg, t, a.precision).c_str(), kernels::num_threads(),
               kernels::num_threads() == 1 ? "" : "s");
+  if (llm::dist::distributed())
+    std::printf("data parallel: %d ranks (MPI), rank r takes micro-batch r of every %d in a row\n", llm::dist::world_size(),
+                llm::dist::world_size());
   std::fflush(stdout);
   llm::TrainLog log = llm::train(task, t, weights);
-  std::printf("%s", llm::efficiency_report(task, t, log).c_str());
+  std::printf("%s%s", llm::efficiency_report(task, t, log).c_str(), llm::distributed_report(task, t, log).c_str());
   report_train_profile(log);
   const int64_t last = log.rows.empty() ? 0 : log.rows.back().step;
   // The run's totals: what it had before this process, plus this process's part
@@ -240,6 +280,8 @@ void run_seed_layer(Args& a) {
 
 void add_train(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "Train a Llama-family model (or the second seed's layer) on a CPU");
+  cmd->footer("Data parallel: " + llm::dist::build_description() +
+              ". Each rank runs --threads threads (MILRT_THREADS); rank 0 writes --out.");
   static Args a;
   cmd->add_option("--config", a.config, "default | stories15m | stories110m | stories15m-gqa | tiny | seed-layer");
   cmd->add_option("--data", a.data, "text file, or .bin of uint16 tokens (default: the embedded corpus)");
@@ -277,7 +319,12 @@ void add_train(CLI::App& app) {
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   add_profile_options(*cmd);
   cmd->add_option("--emit-mil", a.emit_mil, "write the training program (loss and derived gradients) as MIL and exit");
-  cmd->callback([cmd] {
+  // One invocation: everything after parsing.
+  auto run = [cmd] {
+    if (llm::dist::rank() != 0) {  // one voice: rank 0 prints, the others only their errors
+      if (!std::freopen("/dev/null", "w", stdout)) throw Error("train: cannot silence rank output");
+      a.samples = 0;
+    }
     if (a.threads > 0) kernels::set_num_threads(a.threads);
     a.given = [cmd](const char* flag) { return cmd->count(flag) > 0; };
     if (a.resume && a.out.empty()) throw Error("train: --resume needs --out DIR (the run to continue)");
@@ -289,12 +336,26 @@ void add_train(CLI::App& app) {
         if (fs::exists(fs::path(a.out) / f))
           throw Error("train: " + a.out + " already holds a run (" + f +
                       "): continue it with --resume, or replace it with --overwrite");
-    if (a.resume) take_run_record(a);
+    if (a.resume) take_run_record(a), check_same_world(a.out);
     apply_defaults(a);
     if (a.record) llm::check_same_run(*a.record, this_run(a), a.out);
     std::signal(SIGINT, on_sigint);
+    // mpirun forwards SIGUSR1 (not SIGINT) to every rank: `kill -USR1 <mpirun>`
+    // stops a data-parallel run after the same step on all ranks and saves.
+    if (llm::dist::distributed()) std::signal(SIGUSR1, on_sigint);
     if (is_seed_layer(a)) run_seed_layer(a);
     else run_llama(a);
+  };
+  cmd->callback([run] {
+    // Under mpirun: one rank of a data-parallel job. An error on any rank
+    // ends the whole job with its message instead of leaving the others
+    // waiting in a collective.
+    llm::dist::init();
+    try {
+      run();
+    } catch (const std::exception& e) {
+      if (!llm::dist::abort_job(e.what())) throw;
+    }
   });
 }
 
