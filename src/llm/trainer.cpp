@@ -317,7 +317,7 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
   };
 
   const bool live = !quiet && isatty(STDERR_FILENO);
-  std::vector<double> t_comm;
+  std::vector<double> t_comm, t_wait;
   std::vector<double> t_fb, t_fwd, t_opt, t_data, t_step, t_acc;
   int64_t step = log.first_step;
   int64_t profile_from = step;  // the first profiled step, and where its phase times start
@@ -350,6 +350,11 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
     // whether any rank was asked to stop (so all stop after the same step).
     bool stop_all = false;
     if (world > 1) {
+      const auto w0 = Clock::now();
+      dist::barrier();  // separates waiting for the slowest rank from moving the gradients
+      t_wait.push_back(ms_since(w0));
+      log.wait_ms += t_wait.back();
+      span("wait", w0);
       const auto c0 = Clock::now();
       log.allreduce_buckets = allreduce_gradients(grads, task.weights, bucket);
       double red[2] = {loss_sum, opt.stop && opt.stop->load() ? 1.0 : 0.0};
@@ -404,7 +409,7 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
     if (!std::isnan(row.val_loss)) line += fmt::format(" | val {:.4f}", row.val_loss);
     if (tok_s > 0) line += fmt::format(" | {:.0f} tok/s", tok_s);
     line += fmt::format(" | {:.1f} ms/step", step_ms);
-    if (world > 1) line += fmt::format(" (allreduce {:.1f}) | {} ranks", median(t_comm), world);
+    if (world > 1) line += fmt::format(" (wait {:.1f}, allreduce {:.1f}) | {} ranks", median(t_wait), median(t_comm), world);
     line += fmt::format(" | lr {:.2e} | ETA {}", lr, fmt_duration(eta));
     if (live) std::fprintf(stderr, "\r\033[K%s", line.c_str());
     else if (!quiet && (opt.phase_lines || (step + 1) % std::max(1, opt.log_every) == 0 || last || !std::isnan(row.val_loss)))
@@ -438,6 +443,7 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
   if (t_fwd.empty() && !log.interrupted) evaluate(&t_fwd);
   log.ms_accumulate = median(t_acc);
   log.ms_allreduce = median(t_comm);
+  log.ms_wait = median(t_wait);
   if (world > 1) {
     for (const WeightSpec& w : task.weights) log.allreduce_bytes += int64_t(weights.at(w.name).numel() * sizeof(float));
     // The replicas must have stayed identical: compare rank 0's checksum.
@@ -497,6 +503,8 @@ std::string distributed_report(const TrainTask& task, const TrainOptions& opt, c
                    log.ms_allreduce, step_ms > 0 ? 100.0 * log.allreduce_ms / log.train_ms : 0.0, step_ms,
                    double(log.allreduce_bytes) / 1e6, log.allreduce_buckets, log.allreduce_buckets == 1 ? "" : "s",
                    log.allreduce_ms);
+  r += fmt::format("waiting for the slowest rank before it: {:.2f} ms/step median ({:.1f}%), {:.0f} ms in all\n", log.ms_wait,
+                   log.train_ms > 0 ? 100.0 * log.wait_ms / log.train_ms : 0.0, log.wait_ms);
   r += fmt::format("final weights identical on all {} ranks (checksum {:016x})\n", log.world_size, log.weights_checksum);
   return r;
 }

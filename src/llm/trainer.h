@@ -131,10 +131,12 @@ struct TrainLog {
   std::vector<TraceSpan> phase_spans;  // TrainOptions::trace: data, accumulate, optimizer, eval
   // Data-parallel runs (src/llm/distributed.h; 1 rank otherwise): the ranks,
   // the gradient all-reduce's median ms per optimizer step and its total in
-  // this call, the bytes and buckets it reduces per step, and the checksum of
-  // the final weights, checked equal on every rank.
+  // this call, the same for the wait before it (a barrier: the slowest rank's
+  // lead, load imbalance rather than communication), the bytes and buckets it
+  // reduces per step, and the checksum of the final weights, checked equal on
+  // every rank.
   int world_size = 1;
-  double ms_allreduce = 0, allreduce_ms = 0;
+  double ms_allreduce = 0, allreduce_ms = 0, ms_wait = 0, wait_ms = 0;
   int64_t allreduce_bytes = 0, allreduce_buckets = 0;
   uint64_t weights_checksum = 0;
 };
