@@ -7,6 +7,9 @@ Two levels:
 * ``milrt.load(path)`` -> :class:`Program`, ``milrt.compile(program, ...)`` ->
   :class:`Plan` with ``run(dict)`` and zero-copy ``bind(name, array)``.
 
+And ``milrt.llm``: ``train(config="tiny", ...)`` and ``generate(checkpoint, ...)``
+for llama2.c-format models.
+
 Every failure of the library is a :class:`milrt.Error` (a RuntimeError) whose
 message is one line.
 """
@@ -16,7 +19,7 @@ from ._milrt import Error, Plan, Program
 from . import _milrt
 
 __version__ = "0.5.0"
-__all__ = ["Error", "Plan", "Program", "load", "compile", "models", "ComputeUnit"]
+__all__ = ["Error", "Plan", "Program", "load", "compile", "models", "llm", "ComputeUnit"]
 
 
 def load(path):
@@ -41,3 +44,4 @@ def compile(program, function="main", precision="fp32", threads=None, input_shap
 
 from . import models  # noqa: E402  (models uses load and compile)
 from .models import ComputeUnit  # noqa: E402  (ct.ComputeUnit.CPU_ONLY)
+from . import llm  # noqa: E402

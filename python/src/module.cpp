@@ -7,6 +7,7 @@
 
 #include "milrt/error.h"
 #include "milrt/plan.h"
+#include "llm.h"
 #include "plan_handle.h"
 #include "program.h"
 
@@ -51,6 +52,7 @@ PYBIND11_MODULE(_milrt, m) {
 
   bind_program(m);
   bind_description(m);
+  bind_llm(m);
 
   pb::class_<PlanHandle>(m, "Plan")
       .def("run", &PlanHandle::run, pb::arg("inputs") = pb::none())

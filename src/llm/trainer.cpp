@@ -401,6 +401,7 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
     const bool last = step + 1 == opt.steps;
     if ((opt.eval_every > 0 && (step + 1) % opt.eval_every == 0) || last) row.val_loss = evaluate(&t_fwd);
     log.rows.push_back(row);
+    if (opt.on_step) opt.on_step(step + 1, log);
 
     const double step_ms = median(t_step);
     const double eta = step_ms * double(opt.steps - step - 1) / 1000.0;

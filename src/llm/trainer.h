@@ -83,6 +83,11 @@ struct TrainOptions {
   // Called after every save of the run directory (out_dir set), with the log
   // so far: the place to keep run-level records beside the checkpoint.
   std::function<void(int64_t step, const TrainLog& log)> on_save;
+  // Called after every optimizer step with the log so far, whose last row is
+  // that step's (val_loss NaN when the step did not evaluate): a caller's
+  // progress display (the Python package's milrt.llm.train). An exception it
+  // throws ends train() there and propagates.
+  std::function<void(int64_t step, const TrainLog& log)> on_step;
   // Profiling (--profile, --trace): both plans time every step, from the
   // second optimizer step on (the first grows caches and scratch) when more
   // than one runs; TrainLog gets the split per kernel family and the plans'
