@@ -3,6 +3,7 @@
 // registered per op type (src/runtime/lower/*.cpp); all shape logic happens
 // here, at compile time, never in Step::run.
 #pragma once
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -115,6 +116,27 @@ inline int64_t norm_axis(const Op& op, int64_t axis, int64_t rank) {
   int64_t a = axis < 0 ? axis + rank : axis;
   if (a < 0 || a >= rank) throw_op_error(op, "axis out of range");
   return a;
+}
+// The padding of spatial dim i of a conv or pooling window: `same` pads to
+// ceil(in / stride) outputs with an odd unit after, `same_lower` before;
+// `custom` takes pad[2i], pad[2i + 1]; `valid` none. `kernel` is the
+// effective (dilated) window. An error at `op` for another pad_type.
+struct SpatialPad {
+  int64_t total = 0, before = 0;
+};
+inline SpatialPad spatial_pad(const Op& op, const std::string& pad_type, const std::vector<int64_t>& pad, size_t i,
+                              int64_t in, int64_t stride, int64_t kernel) {
+  SpatialPad p;
+  if (pad_type == "same" || pad_type == "same_lower") {
+    p.total = std::max<int64_t>(0, stride * ((in + stride - 1) / stride) - in + kernel - stride);
+    p.before = pad_type == "same" ? p.total / 2 : p.total - p.total / 2;
+  } else if (pad_type == "custom") {
+    p.total = pad[2 * i] + pad[2 * i + 1];
+    p.before = pad[2 * i];
+  } else if (pad_type != "valid") {
+    throw_op_error(op, "unknown pad_type '" + pad_type + "'");
+  }
+  return p;
 }
 // [outer, n, inner] around axes [first, last] of `s`.
 inline void split_dims(const Shape& s, int64_t first, int64_t last, int64_t& outer, int64_t& n, int64_t& inner) {

@@ -87,17 +87,7 @@ std::unique_ptr<Step> lower_conv_with(const Op& op, LowerCtx& ctx, kernels::Conv
     const size_t k = 3 - nsp + i;
     const int64_t in = x.shape[2 + i], s = strides[i], ek = (w.shape[2 + i] - 1) * dilations[i] + 1;
     if (s < 1 || dilations[i] < 1) throw_op_error(op, "strides and dilations must be >= 1");
-    int64_t total = 0, before = 0;
-    // `same` pads to ceil(in / stride) outputs with any odd padding unit after, `same_lower` before.
-    if (pad_type == "same" || pad_type == "same_lower") {
-      total = std::max<int64_t>(0, s * ((in + s - 1) / s) - in + ek - s);
-      before = pad_type == "same" ? total / 2 : total - total / 2;
-    } else if (pad_type == "custom") {
-      total = pad[2 * i] + pad[2 * i + 1];
-      before = pad[2 * i];
-    } else if (pad_type != "valid") {
-      throw_op_error(op, "unknown pad_type '" + pad_type + "'");
-    }
+    const auto [total, before] = spatial_pad(op, pad_type, pad, i, in, s, ek);
     g.in[k] = in;
     g.kernel[k] = w.shape[2 + i];
     g.stride[k] = s;

@@ -36,16 +36,7 @@ std::unique_ptr<Step> lower_pool(const Op& op, LowerCtx& ctx) {
   for (size_t i = 0; i < n; ++i) {
     const int64_t in = x.shape[i + 2];
     if (k[i] < 1 || s[i] < 1) throw_op_error(op, "kernel_sizes and strides must be >= 1");
-    int64_t total = 0, before = 0;
-    if (pad_type == "same" || pad_type == "same_lower") {
-      total = std::max<int64_t>(0, s[i] * ((in + s[i] - 1) / s[i]) - in + k[i] - s[i]);
-      before = pad_type == "same" ? total / 2 : total - total / 2;
-    } else if (pad_type == "custom") {
-      total = pad[2 * i] + pad[2 * i + 1];
-      before = pad[2 * i];
-    } else if (pad_type != "valid") {
-      throw_op_error(op, "unknown pad_type '" + pad_type + "'");
-    }
+    const auto [total, before] = spatial_pad(op, pad_type, pad, i, in, s[i], k[i]);
     const int64_t num = in + total - k[i] + (ceil ? s[i] - 1 : 0);
     int64_t od = (num >= 0 ? num / s[i] : -((-num + s[i] - 1) / s[i])) + 1;
     if (ceil && total > 0 && 2 * (od - 1) * s[i] >= 2 * in + total) --od;
