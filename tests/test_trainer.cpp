@@ -286,6 +286,15 @@ TEST(Trainer, PickTokenGreedyAndNucleus) {
 
 // The nucleus from a full sort (no cutoff), written here as the reference for
 // pick_token's pruned one: same tokens for every coin on a large vocabulary.
+// run.c's xorshift coins from seed 42, computed by hand (Python, 64-bit
+// wrap-around) for this test.
+TEST(Trainer, XorshiftCoinsAreRunCs) {
+  uint64_t s = 42;
+  EXPECT_FLOAT_EQ(xorshift_coin(s), 0.3390852212905884f);
+  EXPECT_FLOAT_EQ(xorshift_coin(s), 0.7822558283805847f);
+  EXPECT_FLOAT_EQ(xorshift_coin(s), 0.790136992931366f);
+}
+
 TEST(Trainer, PickTokenNucleusEqualsAFullSort) {
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 3.0f);

@@ -38,15 +38,6 @@ struct ThreadScope {
   ~ThreadScope() { kernels::set_num_threads(before); }
 };
 
-// llama2.c's xorshift generator (as `milrt generate`), so a seed gives the
-// same coin stream as the CLI and run.c.
-float random_f32(uint64_t& s) {
-  s ^= s >> 12;
-  s ^= s << 25;
-  s ^= s >> 27;
-  return float(uint32_t((s * 0x2545F4914F6CDD1Dull) >> 32) >> 8) / 16777216.0f;
-}
-
 // One generation, run.c's loop (cmd_generate.cpp) cut at each token: next()
 // returns the next text piece, or nullopt at the end (steps reached or BOS).
 class Generation {
@@ -92,7 +83,7 @@ class Generation {
     ThreadScope ts(threads_);
     if (!logits_) logits_ = gen_->prefill(ids_);
     if (pos_ >= steps_) return finish();
-    const int32_t next = llm::pick_token(logits_, cfg_.vocab, temperature_, top_p_, random_f32(rng_));
+    const int32_t next = llm::pick_token(logits_, cfg_.vocab, temperature_, top_p_, llm::xorshift_coin(rng_));
     if (next == llm::Tokenizer::kBos) return finish();
     std::string piece = llm::printable_piece(tok_->decode(token_, next));
     token_ = next;

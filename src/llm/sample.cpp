@@ -70,4 +70,11 @@ std::string sample_text(const LlamaConfig& cfg, const TensorMap& weights, const 
   return text;
 }
 
+float xorshift_coin(uint64_t& s) {
+  s ^= s >> 12;
+  s ^= s << 25;
+  s ^= s >> 27;
+  return float(uint32_t((s * 0x2545F4914F6CDD1Dull) >> 32) >> 8) / 16777216.0f;
+}
+
 }  // namespace milrt::llm

@@ -28,4 +28,8 @@ std::string sample_text(const LlamaConfig& cfg, const TensorMap& weights, const 
 // reaches top_p, drawn with `coin` in [0, 1).
 int32_t pick_token(const float* logits, int64_t n, double temperature, double top_p, double coin);
 
+// llama2.c's xorshift generator (run.c's random_f32): the next coin in
+// [0, 1) from state `s`, so a seed gives the same coin stream as run.c.
+float xorshift_coin(uint64_t& s);
+
 }  // namespace milrt::llm

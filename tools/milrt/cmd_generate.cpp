@@ -32,14 +32,6 @@ struct Args {
   bool block_given = false;
 };
 
-// llama2.c's xorshift generator, so a seed means the same coin stream there.
-float random_f32(uint64_t& s) {
-  s ^= s >> 12;
-  s ^= s << 25;
-  s ^= s >> 27;
-  return float(uint32_t((s * 0x2545F4914F6CDD1Dull) >> 32) >> 8) / 16777216.0f;
-}
-
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -79,7 +71,7 @@ void run(const Args& a) {
   int64_t generated = 0, decoded = 0;
   int32_t token = ids.back();
   for (int64_t pos = int64_t(ids.size()) - 1; pos < steps;) {
-    const int32_t next = llm::pick_token(logits, cfg.vocab, temperature, top_p, random_f32(rng));
+    const int32_t next = llm::pick_token(logits, cfg.vocab, temperature, top_p, llm::xorshift_coin(rng));
     if (next == llm::Tokenizer::kBos) break;
     std::fputs(llm::printable_piece(tok->decode(token, next)).c_str(), stdout);
     std::fflush(stdout);
