@@ -168,41 +168,58 @@ namespace {
 #define MILRT_UNARY_CLONES
 #endif
 
-// The exp-based activations on exp_poly (vec_math.h), which vectorizes:
-// libm's expf is a call per element, and a SwiGLU step's silu over [512,
-// 2048] took 2.9 ms that way on the AMX VM (0.3 GFLOP/s).
-MILRT_UNARY_CLONES void exp_activation(Unary op, const float* x, float* y, int64_t n) {
-  switch (op) {
-    case Unary::Exp:
-      for (int64_t i = 0; i < n; ++i) y[i] = exp_poly(x[i]);
-      return;
-    case Unary::Sigmoid:
-      for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + exp_poly(-x[i]));
-      return;
-    case Unary::Silu:
-      for (int64_t i = 0; i < n; ++i) y[i] = x[i] / (1.0f + exp_poly(-x[i]));
-      return;
-    case Unary::GeluSigmoid:
-      for (int64_t i = 0; i < n; ++i) y[i] = x[i] / (1.0f + exp_poly(-1.702f * x[i]));
-      return;
-    default: return;
-  }
+// tanh(|x|) = 1 - 2 / (e^{2|x|} + 1), sign restored; near 0, where that
+// cancels, its Taylor series (error < 1e-12 relative for |x| < 0.0625).
+inline float tanh_poly(float x) {
+  float a = std::fabs(x);
+  float t = 1.0f - 2.0f / (exp_poly(2.0f * a) + 1.0f);
+  float x2 = x * x;
+  float small = x * (1.0f + x2 * (-0.333333333f + x2 * (0.133333333f + x2 * -0.0539682540f)));
+  float r = a < 0.0625f ? small : std::copysign(t, x);
+  return x != x ? x : r;
 }
 
 // Large arrays in one chunk per thread (each element is independent, so the
 // results do not depend on the split).
 void exp_activation_threaded(Unary op, const float* x, float* y, int64_t n) {
   const int threads = n >= (int64_t(1) << 16) && !omp_in_parallel() ? num_threads() : 1;
-  if (threads <= 1) return exp_activation(op, x, y, n);
+  if (threads <= 1) return unary_vectorized_f32(op, x, y, n, 0, 0);
   const int64_t chunk = (n + threads - 1) / threads;
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int t = 0; t < threads; ++t) {
     const int64_t b = int64_t(t) * chunk, e = std::min(n, b + chunk);
-    if (b < e) exp_activation(op, x + b, y + b, e - b);
+    if (b < e) unary_vectorized_f32(op, x + b, y + b, e - b, 0, 0);
   }
 }
 
 }  // namespace
+
+// The arithmetic loops are cloned per ISA (resolved once at load time) so the
+// same source runs 16 lanes wide on AVX-512 machines and still runs anywhere;
+// exp-based ones on exp_poly (vec_math.h): libm's expf is a call per element.
+MILRT_UNARY_CLONES
+void unary_vectorized_f32(Unary op, const float* x, float* y, int64_t n, float alpha, float beta) {
+  switch (op) {
+    case Unary::Abs: for (int64_t i = 0; i < n; ++i) y[i] = std::fabs(x[i]); return;
+    case Unary::Square: for (int64_t i = 0; i < n; ++i) y[i] = x[i] * x[i]; return;
+    // NaN stays NaN (the comparisons are false for it), as in the generic kernel.
+    case Unary::Relu: for (int64_t i = 0; i < n; ++i) { float v = x[i]; y[i] = v < 0 ? 0.0f : v; } return;
+    case Unary::Clip:
+      for (int64_t i = 0; i < n; ++i) { float v = x[i]; v = v < alpha ? alpha : v; y[i] = v > beta ? beta : v; }
+      return;
+    case Unary::Exp: for (int64_t i = 0; i < n; ++i) y[i] = exp_poly(x[i]); return;
+    case Unary::Sigmoid: for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + exp_poly(-x[i])); return;
+    case Unary::Silu: for (int64_t i = 0; i < n; ++i) { float v = x[i]; y[i] = v / (1.0f + exp_poly(-v)); } return;
+    case Unary::GeluSigmoid: for (int64_t i = 0; i < n; ++i) y[i] = x[i] / (1.0f + exp_poly(-1.702f * x[i])); return;
+    case Unary::Tanh: for (int64_t i = 0; i < n; ++i) y[i] = tanh_poly(x[i]); return;
+    default: return;
+  }
+}
+
+bool unary_vectorized(Unary op) {
+  return op == Unary::Exp || op == Unary::Sigmoid || op == Unary::Silu || op == Unary::Tanh || op == Unary::Abs ||
+         op == Unary::Square || op == Unary::Relu || op == Unary::Clip;
+}
 
 void unary_f32(Unary op, const float* x, float* y, int64_t n, float alpha, float beta, float eps) {
   switch (op) {

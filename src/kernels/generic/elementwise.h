@@ -40,6 +40,12 @@ enum class Unary {
 };
 // y = f(x; alpha, beta, epsilon) for n elements (x and y may alias).
 void unary_f32(Unary op, const float* x, float* y, int64_t n, float alpha = 0, float beta = 0, float epsilon = 0);
+// The ops with a vectorized loop (unary_vectorized_f32: exp-based ones on a
+// polynomial exp, ~1 ulp, not libm), which fused elementwise programs use. It
+// also serves gelu-sigmoid, and unary_f32 routes exp, sigmoid, silu and
+// gelu-sigmoid through it; for any other op it writes nothing.
+bool unary_vectorized(Unary op);
+void unary_vectorized_f32(Unary op, const float* x, float* y, int64_t n, float alpha, float beta);
 
 
 }  // namespace milrt::kernels

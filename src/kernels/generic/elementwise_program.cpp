@@ -55,43 +55,6 @@ void binary_block(Binary op, const float* a, const float* b, float* o, int n) {
   }
 }
 
-// exp, sigmoid, silu and tanh (and the simple activations) on exp_poly
-// (vec_math.h), so the loops vectorize.
-
-// tanh(|x|) = 1 - 2 / (e^{2|x|} + 1), sign restored; near 0, where that
-// cancels, its Taylor series (error < 1e-12 relative for |x| < 0.0625).
-inline float tanh_poly(float x) {
-  float a = std::fabs(x);
-  float t = 1.0f - 2.0f / (exp_poly(2.0f * a) + 1.0f);
-  float x2 = x * x;
-  float small = x * (1.0f + x2 * (-0.333333333f + x2 * (0.133333333f + x2 * -0.0539682540f)));
-  float r = a < 0.0625f ? small : std::copysign(t, x);
-  return x != x ? x : r;
-}
-
-MILRT_EW_CLONES
-void fast_unary_block(Unary op, const float* x, float* y, int n, float alpha, float beta) {
-  switch (op) {
-    case Unary::Abs: for (int i = 0; i < n; ++i) y[i] = std::fabs(x[i]); return;
-    case Unary::Square: for (int i = 0; i < n; ++i) y[i] = x[i] * x[i]; return;
-    // NaN stays NaN (the comparisons are false for it), as in the generic kernel.
-    case Unary::Relu: for (int i = 0; i < n; ++i) { float v = x[i]; y[i] = v < 0 ? 0.0f : v; } return;
-    case Unary::Clip:
-      for (int i = 0; i < n; ++i) { float v = x[i]; v = v < alpha ? alpha : v; y[i] = v > beta ? beta : v; }
-      return;
-    case Unary::Exp: for (int i = 0; i < n; ++i) y[i] = exp_poly(x[i]); return;
-    case Unary::Sigmoid: for (int i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + exp_poly(-x[i])); return;
-    case Unary::Silu: for (int i = 0; i < n; ++i) { float v = x[i]; y[i] = v / (1.0f + exp_poly(-v)); } return;
-    case Unary::Tanh: for (int i = 0; i < n; ++i) y[i] = tanh_poly(x[i]); return;
-    default: return;
-  }
-}
-
-bool has_fast_unary(Unary op) {
-  return op == Unary::Exp || op == Unary::Sigmoid || op == Unary::Silu || op == Unary::Tanh || op == Unary::Abs ||
-         op == Unary::Square || op == Unary::Relu || op == Unary::Clip;
-}
-
 MILRT_EW_CLONES
 void splat(float* o, float v, int n) {
   for (int i = 0; i < n; ++i) o[i] = v;
@@ -261,7 +224,7 @@ void run_program(const EwProgram& p, const float* const* inputs, float* out, flo
           }
           case EwInstr::Code::Unary: {
             float* d = s.reg < 0 ? dst_out : reg(s.reg);
-            if (has_fast_unary(in.unary)) fast_unary_block(in.unary, val[in.a], d, m, in.alpha, in.beta);
+            if (unary_vectorized(in.unary)) unary_vectorized_f32(in.unary, val[in.a], d, m, in.alpha, in.beta);
             else unary_f32(in.unary, val[in.a], d, m, in.alpha, in.beta, in.epsilon);
             if (p.round_f16) round_to_f16(d, m);
             val[i] = d;
