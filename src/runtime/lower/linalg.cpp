@@ -186,37 +186,37 @@ struct StableB {
   kernels::OnednnGemmDesc desc;   // oneDNN chosen: the description to build B-constant primitives from
   bool onednn = false;
   kernels::GemmMath math = kernels::GemmMath::fp32;
-  int64_t k = 0, n = 0, ldb = 0, batches = 1;
+  int64_t k = 0, n = 0, batches = 1;
   bool ty = false;
   uint64_t generation = 0;        // 0: never packed (the plan's counter starts at 1)
   const float* src = nullptr;
   std::vector<kernels::PackedB> packed;
   std::vector<kernels::OnednnGemm> prims;
 
+  kernels::MatrixRef batch(const float* b, int64_t bi) const {
+    return {b + bi * k * n, kernels::ElemType::f32, ty ? k : n, ty};
+  }
   void refresh(const float* b, uint64_t now) {
     if (generation == now && src == b) return;
     packed.clear();
     prims.clear();
-    for (int64_t bi = 0; bi < batches; ++bi) {
-      const kernels::MatrixRef ref{b + bi * k * n, kernels::ElemType::f32, ldb, ty};
-      if (onednn) {
-        try {
+    if (onednn) {
+      try {
+        for (int64_t bi = 0; bi < batches; ++bi) {
           kernels::OnednnGemmDesc d = desc;
-          d.b = ref;
+          d.b = batch(b, bi);
           d.b_const = true;
           prims.emplace_back(d);
-          continue;
-        } catch (const Error&) {
-          // No fast oneDNN kernel for a constant B of this description:
-          // the own kernels serve this product from now on.
-          onednn = false;
-          prims.clear();
-          bi = -1;
-          continue;
         }
+      } catch (const Error&) {
+        // No fast oneDNN kernel for a constant B of this description: the
+        // own kernels serve this product from now on.
+        onednn = false;
+        prims.clear();
       }
-      packed.emplace_back(ref, k, n, math);
     }
+    if (!onednn)
+      for (int64_t bi = 0; bi < batches; ++bi) packed.emplace_back(batch(b, bi), k, n, math);
     generation = now;
     src = b;
   }
@@ -318,7 +318,6 @@ std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering
     stable->math = math;
     stable->k = k;
     stable->n = n;
-    stable->ldb = g.ty ? k : n;
     stable->ty = g.ty;
     stable->batches = g.y_batches;
   }
