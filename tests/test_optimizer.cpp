@@ -218,6 +218,31 @@ TEST(AdamWOpt, KernelIndependentOfThreadsAndPath) {
   EXPECT_NEAR(out[2].ptr<float>()[i], vi, 1e-6);
 }
 
+// Gradient accumulation's passes: the float sum and product of each element
+// (as a plain loop here computes them), on 1 and 3 threads, over several
+// chunks and a ragged tail, and nothing written past n.
+TEST(GradientPasses, AddIntoAndScaleMatchAPlainLoop) {
+  std::mt19937 rng(9);
+  const int64_t n = 200003;
+  Tensor acc = random_tensor({n + 1}, rng, 1), x = random_tensor({n}, rng, 1);
+  acc.mutable_ptr<float>()[n] = 42.0f;  // a guard element past the range
+  for (int threads : {1, 3}) {
+    SCOPED_TRACE(threads);
+    kernels::set_num_threads(threads);
+    Tensor a = acc.clone();
+    kernels::add_into_f32(a.mutable_ptr<float>(), x.ptr<float>(), n);
+    kernels::scale_f32(a.mutable_ptr<float>(), 0.25f, n);
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float want = (acc.ptr<float>()[i] + x.ptr<float>()[i]) * 0.25f;
+      wrong += a.ptr<float>()[i] != want;
+    }
+    EXPECT_EQ(wrong, 0);
+    EXPECT_EQ(a.ptr<float>()[n], 42.0f);
+  }
+  kernels::set_num_threads(0);
+}
+
 // Saving the state mid-run and resuming in a fresh optimizer continues exactly.
 // Every usable kernel path on sizes around its vector widths (8 and 16 lanes,
 // masked tails) and on awkward values (zero gradient and second moment,

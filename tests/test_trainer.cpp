@@ -362,5 +362,52 @@ TEST(TrainCli, TrainsResumesAndReportsErrors) {
   EXPECT_NE(r.err.find("--out"), std::string::npos) << r.err;
 }
 
+
+// Gradient accumulation: an optimizer step's gradient is the mean of its
+// micro-batches' (the first computed in place, the others added). loss =
+// Σ w·x has gradient x, so with micro-batches x = v(0), v(1), v(2) the step's
+// gradient norm is |mean v|, computed here in fp64; the logged loss is the
+// micro-batches' mean loss.
+TEST(Trainer, AccumulatedGradientIsTheMeanOfTheMicroBatches) {
+  Program p = parse_mil(
+      program_text("tensor<fp32, [2, 3]> x, tensor<fp32, [2, 3]> w",
+                         "tensor<fp32, [2, 3]> p = mul(x = w, y = x)[name = string(\"p\")];\n"
+                         "fp32 loss = reduce_sum(x = p)[name = string(\"loss\")];",
+                         "loss"),
+      "accum.mil", ".");
+  verify(p);
+  auto v = [](int64_t micro, int64_t i) { return 0.25 * double((micro * 7 + i * 5) % 11) - 1.0; };
+  TrainTask task;
+  task.name = "accum";
+  task.program = p;
+  task.weights = {{"w", {2, 3}}};
+  task.init_weights["w"] = Tensor(DType::FP32, {2, 3});
+  for (size_t i = 0; i < 6; ++i) task.init_weights["w"].set(i, 0.5);
+  int64_t drawn = 0;
+  task.next_batch = [&](TensorMap& d, bool validation) {
+    Tensor& x = d.at("x");
+    for (int64_t i = 0; i < 6; ++i) x.set(size_t(i), validation ? 0.0 : v(drawn, i));
+    if (!validation) ++drawn;
+  };
+  TrainOptions opt = tiny_train_options(2);
+  opt.accum = 3;
+  opt.adamw.grad_clip = 0;
+  TensorMap w = task.init_weights;
+  TrainLog log = train(task, opt, w);
+  ASSERT_EQ(log.rows.size(), 2u);
+  for (int64_t s = 0; s < 2; ++s) {
+    double sq = 0;
+    for (int64_t i = 0; i < 6; ++i) {
+      const double mean = (v(3 * s, i) + v(3 * s + 1, i) + v(3 * s + 2, i)) / 3;
+      sq += mean * mean;
+    }
+    EXPECT_NEAR(log.rows[size_t(s)].grad_norm, std::sqrt(sq), 1e-6) << "step " << s + 1;
+  }
+  double loss0 = 0;
+  for (int64_t k = 0; k < 3; ++k)
+    for (int64_t i = 0; i < 6; ++i) loss0 += 0.5 * v(k, i) / 3;
+  EXPECT_NEAR(log.rows[0].loss, loss0, 1e-6);
+}
+
 }  // namespace
 }  // namespace milrt::test

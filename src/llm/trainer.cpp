@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fmt/format.h>
 
+#include "kernels/generic/adamw.h"
 #include "kernels/peak.h"
 #include "kernels/threads.h"
 #include "llm/checkpoint.h"
@@ -67,22 +68,14 @@ void own_weights(TensorMap& weights) {
     if (!t.empty()) t = t.clone();
 }
 
-// grads (+)= micro: the sum over a step's micro-batches.
-void accumulate_gradients(TensorMap& grads, const TensorMap& micro, bool first) {
-  for (auto& [name, g] : grads) {
-    float* dst = g.mutable_ptr<float>();
-    const float* src = micro.at(name).ptr<float>();
-    const int64_t n = g.numel();
-    if (first) std::copy(src, src + n, dst);
-    else for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
-  }
+// grads += micro: the sum over a step's micro-batches (the first one is
+// computed into grads directly).
+void accumulate_gradients(TensorMap& grads, const TensorMap& micro) {
+  for (auto& [name, g] : grads) kernels::add_into_f32(g.mutable_ptr<float>(), micro.at(name).ptr<float>(), g.numel());
 }
 
 void scale_gradients(TensorMap& grads, double s) {
-  for (auto& [name, g] : grads) {
-    float* p = g.mutable_ptr<float>();
-    for (int64_t i = 0, n = g.numel(); i < n; ++i) p[i] *= float(s);
-  }
+  for (auto& [name, g] : grads) kernels::scale_f32(g.mutable_ptr<float>(), float(s), g.numel());
 }
 
 // Data-parallel runs: the step's gradients averaged over ranks, small tensors
@@ -334,12 +327,16 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
       t_data.push_back(ms_since(t0));
       span("data", t0);
       t0 = Clock::now();
+      // The first micro-step writes its gradients into grads, the others
+      // into micro, added after: no copy pass for the first.
+      if (opt.accum > 1 && a <= 1)
+        for (const WeightSpec& w : task.weights) step_plan.bind(w.name + "_grad", (a == 0 ? grads : micro).at(w.name));
       step_plan.run();
       t_fb.push_back(ms_since(t0));
       loss_sum += loss;
-      if (opt.accum > 1) {
+      if (opt.accum > 1 && a > 0) {
         t0 = Clock::now();
-        accumulate_gradients(grads, micro, a == 0);
+        accumulate_gradients(grads, micro);
         t_acc.push_back(ms_since(t0));
         span("accumulate", t0);
       }
@@ -426,7 +423,7 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
       if (live) std::fprintf(stderr, "\r\033[K%s\n", line.c_str());
       std::printf("  [batch %lld: %lld micro-steps in %.0f ms, %.1f ms each] fwd+bwd %.1f | accumulate %.2f | optimizer %.2f | data %.3f ms/micro-step\n",
                   (long long)(step + 1), (long long)opt.accum, ms, ms / double(opt.accum), mean_last(t_fb, n),
-                  opt.accum > 1 ? mean_last(t_acc, n) : 0.0, t_opt.back() / double(opt.accum), mean_last(t_data, n));
+                  opt.accum > 1 ? mean_last(t_acc, n - 1) * double(n - 1) / double(n) : 0.0, t_opt.back() / double(opt.accum), mean_last(t_data, n));
       std::fflush(stdout);
     }
     if (profiling && step == log.first_step && !last) {  // the first step warmed up: profile from the next

@@ -50,19 +50,44 @@ UpdateFn update_for_isa() {
 
 }  // namespace
 
-void adamw_update_f32(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWStep& s) {
-  int64_t chunks = (n + kChunk - 1) / kChunk;
-  int threads = int(std::min<int64_t>(num_threads(), chunks));
-  UpdateFn update_range = update_for_isa();
+namespace {
+
+// fn(begin, length) over [0, n) in kChunk pieces, on as many threads as
+// there are pieces (up to num_threads()).
+template <class Fn>
+void for_chunks(int64_t n, Fn fn) {
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  const int threads = int(std::min<int64_t>(num_threads(), chunks));
   if (threads <= 1) {
-    update_range(param, grad, m, v, n, s);
+    fn(int64_t(0), n);
     return;
   }
 #pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) {
-    int64_t b = c * kChunk, len = std::min(kChunk, n - b);
-    update_range(param + b, grad + b, m + b, v + b, len, s);
-  }
+  for (int64_t c = 0; c < chunks; ++c) fn(c * kChunk, std::min(kChunk, n - c * kChunk));
+}
+
+}  // namespace
+
+void adamw_update_f32(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWStep& s) {
+  UpdateFn update_range = update_for_isa();
+  for_chunks(n, [&](int64_t b, int64_t len) { update_range(param + b, grad + b, m + b, v + b, len, s); });
+}
+
+void add_into_f32(float* acc, const float* x, int64_t n) {
+  for_chunks(n, [&](int64_t b, int64_t len) {
+    float* __restrict d = acc + b;
+    const float* __restrict s = x + b;
+#pragma omp simd
+    for (int64_t i = 0; i < len; ++i) d[i] += s[i];
+  });
+}
+
+void scale_f32(float* x, float s, int64_t n) {
+  for_chunks(n, [&](int64_t b, int64_t len) {
+    float* __restrict d = x + b;
+#pragma omp simd
+    for (int64_t i = 0; i < len; ++i) d[i] *= s;
+  });
 }
 
 double sum_squares_f32(const float* x, int64_t n) {
