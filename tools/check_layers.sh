@@ -6,6 +6,8 @@
 #   reference  shares no code with the fast path (no kernels/, passes/, runtime/)
 #   passes     IR to IR; constant folding evaluates with kernels/generic
 #   runtime    lowers IR onto kernels
+#   ane        the Neural Engine backend: partitions IR, drives a device table;
+#              its simulated device evaluates with the reference executor
 #   llm        model builders and training on top of everything below
 set -eu
 root=${1:-$(dirname "$0")/..}
@@ -20,7 +22,8 @@ allowed() {  # folder -> space-separated folders it may include (besides itself)
     passes)    echo "milrt util ir kernels/generic runtime/memory_plan.h" ;;
     autodiff)  echo "milrt util ir passes" ;;
     runtime)   echo "milrt util ir passes kernels" ;;
-    llm)       echo "milrt util ir mil passes autodiff runtime kernels reference" ;;
+    ane)       echo "milrt util ir mil passes runtime reference" ;;
+    llm)       echo "milrt util ir mil passes autodiff runtime kernels reference ane" ;;
     *)         echo "milrt" ;;
   esac
 }
