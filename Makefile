@@ -4,7 +4,7 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= $(shell nproc)
 DEBS := cmake ninja-build g++ clang libgtest-dev libfmt-dev libcli11-dev nlohmann-json3-dev python3-numpy libdnnl-dev pkg-config libprotobuf-dev protobuf-compiler libopenmpi-dev openmpi-bin
-# Only `make fuzz` (and so `make test`) needs clang and its libFuzzer/sanitizer runtime.
+# clang: the Objective-C++ syntax check (AneObjcSyntax) and `make fuzz`; only the fuzzers need its libFuzzer/sanitizer runtime.
 FUZZ_DEBS := clang libclang-rt-14-dev
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 30

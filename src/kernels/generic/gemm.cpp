@@ -15,10 +15,12 @@
 #include <cstring>
 #include <new>
 #include <string>
+#include <type_traits>
 
 #include <omp.h>
 
 #include "kernels/bf16_bits.h"
+#include "kernels/convert_rows.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_micro.h"
 #include "kernels/gemv.h"
@@ -190,7 +192,9 @@ void pack_a_rows(const MatrixRef& a, int64_t M, int64_t K, int64_t Kp, bool roun
     for (int64_t i = 0; i < M; ++i) {
       const Src* src = static_cast<const Src*>(a.data) + i * a.ld;
       Dst* d = dst + i * lda_p;
-      for (int64_t k = 0; k < K; ++k) d[k] = convert<Dst>(src[k], round);
+      if constexpr (std::is_same_v<Dst, uint16_t> && std::is_same_v<Src, float>) f32_to_bf16_row(src, d, K);
+      else
+        for (int64_t k = 0; k < K; ++k) d[k] = convert<Dst>(src[k], round);
       for (int64_t k = K; k < Kp; ++k) d[k] = 0;
     }
     return;

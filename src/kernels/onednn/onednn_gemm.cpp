@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "kernels/bf16_bits.h"
+#include "kernels/convert_rows.h"
 #include "kernels/grow_buffer.h"
 #include "kernels/threads.h"
 #include "milrt/dtype.h"
@@ -96,17 +97,10 @@ void convert_dense(const void* src, ElemType from, int64_t rows, int64_t len, in
   const int threads = rows * len >= (int64_t(1) << 16) && !omp_in_parallel() ? num_threads() : 1;
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
   for (int64_t r = 0; r < rows; ++r) {
-    if (from == ElemType::bf16) {
-      const uint16_t* s = static_cast<const uint16_t*>(src) + r * ld;
-      float* d = static_cast<float*>(dst) + r * len;
-#pragma omp simd
-      for (int64_t c = 0; c < len; ++c) d[c] = bf16_bits_to_f32(s[c]);
-    } else {
-      const float* s = static_cast<const float*>(src) + r * ld;
-      uint16_t* d = static_cast<uint16_t*>(dst) + r * len;
-#pragma omp simd
-      for (int64_t c = 0; c < len; ++c) d[c] = f32_to_bf16_bits(s[c]);
-    }
+    if (from == ElemType::bf16)
+      bf16_to_f32_row(static_cast<const uint16_t*>(src) + r * ld, static_cast<float*>(dst) + r * len, len);
+    else
+      f32_to_bf16_row(static_cast<const float*>(src) + r * ld, static_cast<uint16_t*>(dst) + r * len, len);
   }
 }
 

@@ -1,0 +1,33 @@
+#include "kernels/convert_rows.h"
+
+#include "kernels/bf16_bits.h"
+#include "kernels/cpu_features.h"
+
+namespace milrt::kernels {
+
+#if defined(__x86_64__)
+void f32_to_bf16_row_avx512(const float* src, uint16_t* dst, int64_t n);
+void bf16_to_f32_row_avx512(const uint16_t* src, float* dst, int64_t n);
+void f32_to_bf16_row_avx2(const float* src, uint16_t* dst, int64_t n);
+void bf16_to_f32_row_avx2(const uint16_t* src, float* dst, int64_t n);
+#endif
+
+void f32_to_bf16_row(const float* src, uint16_t* dst, int64_t n) {
+#if defined(__x86_64__)
+  const Isa isa = current_isa();
+  if (isa >= Isa::avx512) return f32_to_bf16_row_avx512(src, dst, n);
+  if (isa == Isa::avx2) return f32_to_bf16_row_avx2(src, dst, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16_bits(src[i]);
+}
+
+void bf16_to_f32_row(const uint16_t* src, float* dst, int64_t n) {
+#if defined(__x86_64__)
+  const Isa isa = current_isa();
+  if (isa >= Isa::avx512) return bf16_to_f32_row_avx512(src, dst, n);
+  if (isa == Isa::avx2) return bf16_to_f32_row_avx2(src, dst, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_bits_to_f32(src[i]);
+}
+
+}  // namespace milrt::kernels

@@ -1,0 +1,102 @@
+// fp32 <-> bf16 row conversions (kernels/convert_rows.h) on every vector path
+// this CPU can run, against milrt::f32_to_bf16 / bf16_to_f32 (dtype.h, the
+// out-of-line scalar definitions) element by element: ties, subnormals,
+// infinities, NaNs (signalling ones come back quiet), every length up to a
+// few vector widths, and nothing written past the end. Paths the CPU lacks
+// are reported as not run.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/convert_rows.h"
+#include "kernels/cpu_features.h"
+#include "milrt/dtype.h"
+
+namespace milrt {
+namespace {
+
+float from_bits(uint32_t x) {
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
+std::vector<float> awkward_values() {
+  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, 3.14159265f, 65504.0f, 1e-40f, -1e-42f,
+                          std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN(), from_bits(0x7f800001u) /* signalling NaN */,
+                          from_bits(0xffc12345u), std::numeric_limits<float>::max(), std::numeric_limits<float>::min(),
+                          from_bits(0x3f808000u) /* tie, even below: rounds down */,
+                          from_bits(0x3f818000u) /* tie, odd below: rounds up */,
+                          from_bits(0x7f7f8000u) /* tie rounding to infinity */, from_bits(0x00008000u)};
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<uint32_t> bits;
+  while (v.size() < 200) v.push_back(from_bits(bits(rng)));
+  return v;
+}
+
+// Runs `check` once per usable ISA path, with MILRT_ISA set to it.
+template <class Check>
+void on_every_path(Check check) {
+  const char* old = std::getenv("MILRT_ISA");
+  const std::string saved = old ? old : "";
+  std::vector<kernels::Isa> paths = kernels::usable_isas();
+  for (kernels::Isa isa : paths) {
+    setenv("MILRT_ISA", std::string(kernels::isa_name(isa)).c_str(), 1);
+    kernels::reload_isa();
+    SCOPED_TRACE(std::string(kernels::isa_name(isa)));
+    check();
+  }
+  if (old) setenv("MILRT_ISA", saved.c_str(), 1);
+  else unsetenv("MILRT_ISA");
+  kernels::reload_isa();
+  for (kernels::Isa isa : {kernels::Isa::avx2, kernels::Isa::avx512})
+    if (std::find(paths.begin(), paths.end(), isa) == paths.end())
+      std::printf("[ NOT RUN  ] the %s path: this CPU lacks it\n", std::string(kernels::isa_name(isa)).c_str());
+}
+
+TEST(ConvertRows, F32ToBf16MatchesTheScalarDefinitionOnEveryPath) {
+  const std::vector<float> values = awkward_values();
+  on_every_path([&] {
+    for (int64_t n = 0; n <= 70; ++n)
+      for (int64_t offset : {0, 1, 130 - 70}) {
+        std::vector<uint16_t> out(size_t(n) + 1, 0xabcd);
+        kernels::f32_to_bf16_row(values.data() + offset, out.data(), n);
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(out[size_t(i)], f32_to_bf16(values[size_t(offset + i)]))
+              << "n " << n << " element " << i << " bits " << std::hex << [&] {
+                   uint32_t x;
+                   std::memcpy(&x, &values[size_t(offset + i)], 4);
+                   return x;
+                 }();
+        ASSERT_EQ(out[size_t(n)], 0xabcd) << "written past n = " << n;
+      }
+  });
+}
+
+TEST(ConvertRows, Bf16ToF32IsExactOnEveryPath) {
+  std::vector<uint16_t> values(300);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = uint16_t(i * 2654435761u >> 7);
+  values[0] = 0x7fc1, values[1] = 0xff80, values[2] = 0x0001;
+  on_every_path([&] {
+    for (int64_t n = 0; n <= 70; ++n) {
+      std::vector<float> out(size_t(n) + 1, 7.0f);
+      kernels::bf16_to_f32_row(values.data() + 3, out.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        const float want = bf16_to_f32(values[size_t(3 + i)]);
+        ASSERT_EQ(std::memcmp(&out[size_t(i)], &want, 4), 0) << "n " << n << " element " << i;
+      }
+      ASSERT_EQ(out[size_t(n)], 7.0f) << "written past n = " << n;
+    }
+  });
+}
+
+}  // namespace
+}  // namespace milrt
