@@ -99,6 +99,36 @@ ValueTable param_table(const Function& f) {
   return t;
 }
 
+void specialize_input_shapes(Function& f, const std::map<std::string, Shape>& shapes) {
+  for (auto& prm : f.params) {
+    auto it = shapes.find(prm.name);
+    if (it == shapes.end()) continue;
+    if (it->second.size() != prm.type.shape.size())
+      throw Error("error: input '" + prm.name + "': shape " + shape_str(it->second) + " has the wrong rank for " +
+                  prm.type.str());
+    for (size_t i = 0; i < it->second.size(); ++i)
+      if (prm.type.shape[i] >= 0 && prm.type.shape[i] != it->second[i])
+        throw Error("error: input '" + prm.name + "': shape " + shape_str(it->second) + " contradicts " +
+                    prm.type.str());
+    prm.type.shape = it->second;
+  }
+  ValueTable values = param_table(f);
+  for (Op& op : f.ops) {
+    bool unknown = false;
+    for (const Output& o : op.outputs) unknown |= o.type.is_tensor() && o.type.has_unknown_dims();
+    if (unknown) {
+      std::vector<Type> inferred = infer_op(op, values, f.opset);
+      for (size_t k = 0; k < op.outputs.size() && k < inferred.size(); ++k) {
+        Type& t = op.outputs[k].type;
+        if (!t.is_tensor() || inferred[k].shape.size() != t.shape.size()) continue;
+        for (size_t d = 0; d < t.shape.size(); ++d)
+          if (t.shape[d] < 0) t.shape[d] = inferred[k].shape[d];
+      }
+    }
+    define_outputs(op, values);
+  }
+}
+
 std::vector<std::string> verify(const Program& p) {
   std::vector<std::string> notes;
   for (auto& f : p.functions) {

@@ -1,5 +1,6 @@
 // Type inference over whole functions, shared by the verifier and by passes.
 #pragma once
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -33,5 +34,12 @@ ValueTable param_table(const Function& f);
 // The compile-time value of an argument (an inline literal, or a variable the
 // table holds a value for); nullptr when it is not a constant or has no data.
 const Tensor* constant_of(const Arg& a, const ValueTable& values);
+
+// Gives inputs declared with '?' dims (flexible shapes) the static shapes in
+// `shapes` (by parameter name; others are left alone), then replaces every
+// '?' dim an op declares by what inference now knows (declared dims that are
+// known stay: verify checks them). Throws Error, naming the input, for a
+// shape of the wrong rank or one that contradicts a declared dim.
+void specialize_input_shapes(Function& f, const std::map<std::string, Shape>& shapes);
 
 }  // namespace milrt

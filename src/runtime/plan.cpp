@@ -549,29 +549,6 @@ bool contains(const std::vector<std::string>& v, const std::string& s) {
 }  // namespace
 
 namespace {
-// Once flexible inputs have shapes, every '?' dim an op declares is replaced
-// by what inference now knows (declared dims that are known stay: verify
-// checks them).
-void specialize_shapes(Function& f) {
-  ValueTable values = param_table(f);
-  for (Op& op : f.ops) {
-    bool unknown = false;
-    for (const Output& o : op.outputs) unknown |= o.type.is_tensor() && o.type.has_unknown_dims();
-    if (unknown) {
-      std::vector<Type> inferred = infer_op(op, values, f.opset);
-      for (size_t k = 0; k < op.outputs.size() && k < inferred.size(); ++k) {
-        Type& t = op.outputs[k].type;
-        if (!t.is_tensor() || inferred[k].shape.size() != t.shape.size()) continue;
-        for (size_t d = 0; d < t.shape.size(); ++d)
-          if (t.shape[d] < 0) t.shape[d] = inferred[k].shape[d];
-      }
-    }
-    define_outputs(op, values);
-  }
-}
-}  // namespace
-
-namespace {
 // ---- the memory limit (CompileOptions::max_memory)
 
 // Bytes of `n` elements of a value of declared dtype `d` as a plan stores it;
@@ -743,19 +720,7 @@ Plan compile(const Program& program, const CompileOptions& options) {
   Function* fn = P.program.function(options.function);
   if (!fn) throw Error("error: no function '" + options.function + "' to compile");
   // Specialize flexible input shapes; inference then recomputes downstream shapes.
-  for (auto& prm : fn->params) {
-    auto it = options.input_shapes.find(prm.name);
-    if (it == options.input_shapes.end()) continue;
-    if (it->second.size() != prm.type.shape.size())
-      throw Error("error: input '" + prm.name + "': shape " + shape_str(it->second) + " has the wrong rank for " +
-                  prm.type.str());
-    for (size_t i = 0; i < it->second.size(); ++i)
-      if (prm.type.shape[i] >= 0 && prm.type.shape[i] != it->second[i])
-        throw Error("error: input '" + prm.name + "': shape " + shape_str(it->second) + " contradicts " +
-                    prm.type.str());
-    prm.type.shape = it->second;
-  }
-  if (!options.input_shapes.empty()) specialize_shapes(*fn);
+  if (!options.input_shapes.empty()) specialize_input_shapes(*fn, options.input_shapes);
   const size_t limit = options.max_memory ? options.max_memory : default_max_memory();
   check_value_sizes(*fn, limit);
   // Tapped results join the outputs, so that no pass fuses or removes them

@@ -1,5 +1,6 @@
 #include <cstdio>
 
+#include "ane/partition.h"
 #include "commands.h"
 #include "inspect_dot.h"
 #include "milrt/error.h"
@@ -20,19 +21,61 @@ size_t op_count(const Program& p, const std::string& fn) {
   return n;
 }
 
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+// `--target ane`: the Neural Engine partition, one block per step.
+void print_ane_partition(const Program& p, const std::string& function) {
+  ane::PartitionOptions po;
+  po.function = function;
+  ane::Partition part = ane::partition(p, po);
+  const Function& f = *part.program.function(function);
+  std::printf("Neural Engine partition of %s: %zu engine programs, %zu host steps\n", function.c_str(),
+              part.engine_programs(), part.host_steps());
+  int program = 0;
+  for (size_t i = 0; i < part.steps.size(); ++i) {
+    const ane::Step& s = part.steps[i];
+    std::vector<std::string> ops;
+    for (size_t k : s.ops) ops.push_back(f.ops[k].outputs.empty() ? f.ops[k].type : f.ops[k].outputs[0].name + " (" + f.ops[k].type + ")");
+    if (s.kind == ane::Step::Kind::Engine) {
+      const ane::EngineProgram& e = s.engine;
+      std::printf("step %zu: engine program %d, %zu ops: %s\n", i, program++, s.ops.size(), join(ops).c_str());
+      std::printf("  input  fp16 %s, %zu bytes, packs: %s\n", shape_str(e.input.shape()).c_str(), e.input.bytes(),
+                  join(s.inputs).c_str());
+      std::printf("  output fp16 %s, %zu bytes, packs: %s\n", shape_str(e.output.shape()).c_str(), e.output.bytes(),
+                  join(s.outputs).c_str());
+      std::printf("  weights %zu bytes, MIL %zu bytes\n", e.weights.size(), e.mil.size());
+    } else {
+      std::printf("step %zu: host, %zu ops: %s\n", i, s.ops.size(), join(ops).c_str());
+      for (auto& r : s.reasons) std::printf("  on the host: %s\n", r.c_str());
+    }
+  }
+}
+
 }  // namespace
 
 void add_inspect(CLI::App& app) {
   auto* cmd = app.add_subcommand("inspect", "Compile a model and print its plan: kernels, FLOPs, bytes, arena");
   add_load_options(*cmd);
-  static std::string model, function = "main", dot;
+  static std::string model, function = "main", dot, target = "cpu";
   cmd->add_option("model", model, "a .mlmodelc directory or a .mil file")->required();
   cmd->add_option("--function", function, "function to compile (default main)");
   cmd->add_option("--dot", dot, "also write the plan as a Graphviz graph to this file");
+  cmd->add_option("--target", target, "cpu (default: the compiled plan) or ane (the Neural Engine partition: "
+                                      "engine programs with their packed I/O, host steps with why)")
+      ->check(CLI::IsMember({"cpu", "ane"}));
   cmd->callback([] {
     Program p = load_model_cli(model);
     verify(p);
     if (!p.function(function)) throw milrt::Error("no function '" + function + "' in " + model);
+    if (target == "ane") {
+      if (!dot.empty()) throw milrt::Error("error: --dot draws the CPU plan, not --target ane");
+      print_ane_partition(p, function);
+      return;
+    }
     CompileOptions opts;
     opts.function = function;
     // The pipeline once more, outside compile(), to count ops after each pass

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "ane/executor.h"
+#include "ane/sim_device.h"
 #include "commands.h"
 #include "milrt/error.h"
 #include "milrt/mil.h"
@@ -100,16 +102,22 @@ void add_run(CLI::App& app) {
       ->delimiter(',');
   cmd->add_option("--compare", compares, "NAME=FILE.npy: report the largest difference of output (or tap) NAME from FILE");
   cmd->add_option("--tolerance", tolerance, "with --compare: exit 1 if any |difference| exceeds this");
-  cmd->add_option("--engine", engine, "compiled (default: a fused, memory-planned plan) or reference (the oracle: every op, fp64 rounded per op)")
-      ->check(CLI::IsMember({"reference", "compiled"}));
+  static size_t ane_resident = 16;
+  cmd->add_option("--engine", engine, "compiled (default: a fused, memory-planned plan), reference (the oracle: every op, "
+                                      "fp64 rounded per op), ane-sim (Neural Engine partition on the simulated device) "
+                                      "or ane (the Neural Engine; macOS only)")
+      ->check(CLI::IsMember({"reference", "compiled", "ane-sim", "ane"}));
+  cmd->add_option("--ane-resident", ane_resident, "with --engine ane-sim: engine programs kept loaded at once (LRU, default 16)")
+      ->check(CLI::PositiveNumber);
   cmd->callback([] {
     const ProfileFlags& pf = profile_flags();
-    if (pf.on() && engine != "compiled") throw Error("error: --profile and --trace time the steps of a compiled plan, not --engine reference");
+    if (engine == "ane") throw Error("error: the Neural Engine needs macOS; use --engine ane-sim");
+    if (pf.on() && engine != "compiled") throw Error("error: --profile and --trace time the steps of a compiled plan, not --engine " + engine);
     if (engine != "compiled") {
       CompileOptions o;
       apply_plan_options_cli(o);
       if (o.matmul_precision != CompileOptions::MatmulPrecision::fp32)
-        throw Error("error: --precision bf16 applies to compiled plans; --engine reference computes in fp64");
+        throw Error("error: --precision bf16 applies to compiled plans; --engine " + engine + " does not use it");
     }
     Program p = load_model_cli(model);
     legalize_layout_idioms(p);
@@ -144,6 +152,24 @@ void add_run(CLI::App& app) {
       out = plan.run(in);
       for (auto& name : taps) tapped[name] = plan.tap(name);
       report_profile(plan, "profile of " + model + " (" + function + ")");
+    } else if (engine == "ane-sim") {
+      if (!taps.empty()) throw Error("error: --tap is not supported with --engine ane-sim");
+      ane::PartitionOptions po;
+      po.function = function;
+      for (auto& [name, t] : in)
+        if (f->param(name) && f->param(name)->type.kind != Type::Kind::State && f->param(name)->type.has_unknown_dims())
+          po.input_shapes[name] = t.shape();
+      ane::Partition part = ane::partition(p, po);
+      ane::SimDevice sim;
+      ane::ExecutorOptions eo;
+      eo.max_resident = ane_resident;
+      ane::Executor ex(part, sim.table(), eo);
+      TensorMap states, plain;
+      for (auto& [name, t] : in)
+        (f->param(name) && f->param(name)->type.kind == Type::Kind::State ? states : plain)[name] = t;
+      out = ex.run(plain, states);
+      std::fprintf(stderr, "ane-sim: %zu engine programs, %zu host steps, %zu compiles\n", part.engine_programs(),
+                   part.host_steps(), sim.table()->compile_count(sim.table()->context));
     } else if (taps.empty()) {
       out = run_reference(p, function, in);
     } else {  // the reference executor keeps every value: taps cost nothing there
