@@ -8,6 +8,9 @@
 
 #include "ane/executor.h"
 #include "ane/sim_device.h"
+#if defined(__APPLE__)
+#include "ane/macos/ane_private.h"
+#endif
 #include "commands.h"
 #include "milrt/error.h"
 #include "milrt/mil.h"
@@ -107,11 +110,13 @@ void add_run(CLI::App& app) {
                                       "fp64 rounded per op), ane-sim (Neural Engine partition on the simulated device) "
                                       "or ane (the Neural Engine; macOS only)")
       ->check(CLI::IsMember({"reference", "compiled", "ane-sim", "ane"}));
-  cmd->add_option("--ane-resident", ane_resident, "with --engine ane-sim: engine programs kept loaded at once (LRU, default 16)")
+  cmd->add_option("--ane-resident", ane_resident, "with --engine ane-sim or ane: engine programs kept loaded at once (LRU, default 16)")
       ->check(CLI::PositiveNumber);
   cmd->callback([] {
     const ProfileFlags& pf = profile_flags();
+#if !defined(__APPLE__)
     if (engine == "ane") throw Error("error: the Neural Engine needs macOS; use --engine ane-sim");
+#endif
     if (pf.on() && engine != "compiled") throw Error("error: --profile and --trace time the steps of a compiled plan, not --engine " + engine);
     if (engine != "compiled") {
       CompileOptions o;
@@ -152,8 +157,8 @@ void add_run(CLI::App& app) {
       out = plan.run(in);
       for (auto& name : taps) tapped[name] = plan.tap(name);
       report_profile(plan, "profile of " + model + " (" + function + ")");
-    } else if (engine == "ane-sim") {
-      if (!taps.empty()) throw Error("error: --tap is not supported with --engine ane-sim");
+    } else if (engine == "ane-sim" || engine == "ane") {
+      if (!taps.empty()) throw Error("error: --tap is not supported with --engine " + engine);
       ane::PartitionOptions po;
       po.function = function;
       for (auto& [name, t] : in)
@@ -161,15 +166,26 @@ void add_run(CLI::App& app) {
           po.input_shapes[name] = t.shape();
       ane::Partition part = ane::partition(p, po);
       ane::SimDevice sim;
+      milrt_ane_device* device = sim.table();
+#if defined(__APPLE__)
+      // The chip through the private framework: built and syntax-checked
+      // only; never run by this project's tests (README, Neural Engine).
+      milrt_ane_device chip{};
+      if (engine == "ane") {
+        char err[512] = "";
+        if (milrt_ane_open_private(&chip, err, sizeof err) != 0) throw Error(std::string("error: ") + err);
+        device = &chip;
+      }
+#endif
       ane::ExecutorOptions eo;
       eo.max_resident = ane_resident;
-      ane::Executor ex(part, sim.table(), eo);
+      ane::Executor ex(part, device, eo);
       TensorMap states, plain;
       for (auto& [name, t] : in)
         (f->param(name) && f->param(name)->type.kind == Type::Kind::State ? states : plain)[name] = t;
       out = ex.run(plain, states);
-      std::fprintf(stderr, "ane-sim: %zu engine programs, %zu host steps, %zu compiles\n", part.engine_programs(),
-                   part.host_steps(), sim.table()->compile_count(sim.table()->context));
+      std::fprintf(stderr, "%s: %zu engine programs, %zu host steps, %zu compiles\n", engine.c_str(),
+                   part.engine_programs(), part.host_steps(), device->compile_count(device->context));
     } else if (taps.empty()) {
       out = run_reference(p, function, in);
     } else {  // the reference executor keeps every value: taps cost nothing there
