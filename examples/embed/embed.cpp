@@ -4,6 +4,7 @@
 #include <milrt/builder.h>
 #include <milrt/error.h>
 #include <milrt/plan.h>
+#include <milrt/runtime.h>
 
 #include <cmath>
 #include <cstdio>
@@ -29,6 +30,7 @@ int main() {
     f.output(s);
     Program program = make_program({f.build()});
 
+    set_threads(1);  // settings through the API (milrt/runtime.h), as MILRT_THREADS=1
     Plan plan = compile(program);
     TensorMap out = plan.run({{"x", x}});
 
@@ -54,7 +56,8 @@ int main() {
       std::fprintf(stderr, "embed: %d mismatches\n", bad);
       return 1;
     }
-    std::printf("embed: the compiled plan matches plain C++ (%d values)\n", kRows * kOut + kRows);
+    std::printf("embed: the compiled plan matches plain C++ (%d values; %d thread, %s kernels)\n", kRows * kOut + kRows,
+                threads(), isa().c_str());
   } catch (const Error& e) {
     std::fprintf(stderr, "embed: %s\n", e.what());
     return 1;

@@ -184,4 +184,15 @@ Isa reload_isa() {
   return isa;
 }
 
+void set_isa(std::optional<Isa> isa) {
+  if (!isa) {
+    reload_isa();
+    return;
+  }
+  if (!isa_usable(*isa))
+    throw Error("this CPU cannot run the " + std::string(isa_name(*isa)) + " kernels (it has: " +
+                cpu_features_string() + "; best path: " + std::string(isa_name(best_isa())) + ")");
+  g_current_isa.store(int(*isa), std::memory_order_release);
+}
+
 }  // namespace milrt::kernels

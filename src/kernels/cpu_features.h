@@ -50,5 +50,8 @@ Isa current_isa();
 // Re-reads MILRT_ISA (for tests and tools that change the environment) and
 // returns the new current path; throws like current_isa().
 Isa reload_isa();
+// Makes `isa` the current path (throws milrt::Error when this CPU cannot
+// run it); nullopt goes back to MILRT_ISA / best_isa() as reload_isa() does.
+void set_isa(std::optional<Isa> isa);
 
 }  // namespace milrt::kernels
