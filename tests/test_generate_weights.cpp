@@ -311,6 +311,16 @@ TEST(WeightsCli, GenerateWithInt8Weights) {
   }
 }
 
+// Counted by hand for dim 4, hidden 8, 2 layers, 2 heads, 1 kv head
+// (kv_dim 2), vocab 10, 3 tokens: layer matrices 2·16 + 2·8 + 3·32 = 144
+// per token, 2·2·144·3 = 1728; classifier once, 2·40 = 80; causal pairs
+// 1+2+3 = 6, attention 2 products · 2 FLOPs · 2 layers · dim 4 · 6 = 192.
+TEST(WeightsCli, PrefillFlopsCountedByHand) {
+  llm::LlamaConfig c;
+  c.dim = 4, c.hidden = 8, c.layers = 2, c.heads = 2, c.kv_heads = 1, c.vocab = 10, c.seq = 16;
+  EXPECT_EQ(llm::prefill_flops(c, 3), 1728.0 + 80.0 + 192.0);
+}
+
 TEST(WeightsCli, BenchGenerateJson) {
   // tiny's hidden 172 takes blocks of 4 at most, hence --block 4.
   CliResult r = run_cli({"bench", "generate", "--config", "tiny", "--weights", "int8", "--block", "4", "--steps", "8",
@@ -336,6 +346,16 @@ TEST(WeightsCli, BenchGenerateJson) {
   EXPECT_NEAR(j.at("decode_gb_s").get<double>(),
               j.at("decode_tok_s").get<double>() * j.at("weight_bytes_per_token").get<double>() * 1e-9,
               1e-3 * j.at("decode_gb_s").get<double>() + 1e-3);
+  // The fractions of the machine's limits, measured in the same run.
+  for (const char* k : {"read_bandwidth_gb_s", "decode_bandwidth_fraction", "prefill_gflops", "peak_gflops",
+                        "prefill_peak_fraction"})
+    EXPECT_GT(j.at(k).get<double>(), 0) << k;
+  EXPECT_EQ(j.at("peak_kind"), "fp32 FMA");  // int8 weights are widened to fp32 for the prompt's GEMMs
+  EXPECT_NEAR(j.at("decode_bandwidth_fraction").get<double>(),
+              j.at("decode_gb_s").get<double>() / j.at("read_bandwidth_gb_s").get<double>(), 2e-3);
+  EXPECT_NEAR(j.at("prefill_gflops").get<double>(),
+              llm::prefill_flops(*llm::llama_preset("tiny"), 8) / (j.at("prefill_ms").get<double>() * 1e-3) * 1e-9,
+              2e-3 * j.at("prefill_gflops").get<double>());
 
   // A checkpoint works the same way; bad arguments are one-line errors.
   // When prompt and steps overflow seq_len (64), the decodes follow a shorter context.

@@ -36,7 +36,7 @@ std::vector<Op> defining_ops(const Function& f, const std::vector<std::string>& 
 
 CompileOptions prefill_compile_options(WeightStorage s) {
   CompileOptions o;
-  if (s == WeightStorage::bf16) o.matmul_precision = CompileOptions::MatmulPrecision::bf16;
+  if (prefill_uses_bf16(s)) o.matmul_precision = CompileOptions::MatmulPrecision::bf16;
   return o;
 }
 
@@ -62,6 +62,16 @@ int64_t decode_weight_bytes(const LlamaConfig& c, WeightStorage storage, int64_t
   const int64_t fp32_vectors = (2 * c.layers + 1) * c.dim + c.dim;  // gains, one embedding row
   return per_matrix_bytes + 4 * fp32_vectors;
 }
+
+double prefill_flops(const LlamaConfig& c, int64_t tokens) {
+  const double layer_matrix = double(2 * c.dim * c.dim + 2 * c.kv_dim() * c.dim + 3 * c.hidden * c.dim);
+  const double t = double(tokens);
+  const double attention_pairs = t * (t + 1) / 2;  // (query, visible key) pairs
+  return 2 * double(c.layers) * layer_matrix * t + 2 * double(c.vocab * c.dim) +
+         2 * 2 * double(c.layers) * double(c.dim) * attention_pairs;
+}
+
+bool prefill_uses_bf16(WeightStorage storage) { return storage == WeightStorage::bf16; }
 
 Generator::Generator(LlamaWeights weights, GeneratorOptions options) : cfg_(weights.cfg), opt_(options) {
   check_llama_weights(weights);

@@ -53,6 +53,15 @@ GeneratorOptions parse_generator_options(const std::string& weights, std::option
 // scale per block. KV-cache reads are not counted.
 int64_t decode_weight_bytes(const LlamaConfig& cfg, WeightStorage storage, int64_t block = 32);
 
+// Useful FLOPs of a prefill of `tokens` tokens from position 0: every layer
+// matrix for each token, the classifier for the last one (prefill returns
+// its logits only), and causal attention's two products (query i against
+// keys 0..i). The masked-out keys the kernels also touch are not counted.
+double prefill_flops(const LlamaConfig& cfg, int64_t tokens);
+// Whether a prefill in `storage` multiplies in bf16 (prefill_compile_options:
+// bf16 weights), else in fp32: which machine peak it is measured against.
+bool prefill_uses_bf16(WeightStorage storage);
+
 class Generator {
  public:
   // Validates the weights (and, for int8, the block: a one-line Error before

@@ -16,6 +16,7 @@
 #include <random>
 
 #include "commands.h"
+#include "kernels/peak.h"
 #include "kernels/threads.h"
 #include "llm/checkpoint.h"
 #include "llm/generator.h"
@@ -126,6 +127,15 @@ void add_bench_generate(CLI::App& bench) {
     const double decode_tok_s = double(steps) / median(decode_s);
     const int64_t bytes = llm::decode_weight_bytes(cfg, opt.weights, opt.block);
     const double gb_s = double(bytes) * decode_tok_s * 1e-9;
+    // The machine's limits, measured in the same run after the timed part:
+    // decode against the read bandwidth (it streams every weight once per
+    // token), prefill against the peak of the products it runs.
+    const int nt_run = kernels::num_threads();
+    const double read_gbs = kernels::measure_read_bandwidth_gbs(nt_run);
+    const kernels::PeakKind peak_kind =
+        llm::prefill_uses_bf16(opt.weights) ? kernels::bf16_peak_kind() : kernels::PeakKind::fp32_fma;
+    const double peak_gflops = kernels::measure_peak_gflops(peak_kind, nt_run);
+    const double prefill_gflops = llm::prefill_flops(cfg, prompt_tokens) / median(prefill_s) * 1e-9;
     struct rusage ru {};
     getrusage(RUSAGE_SELF, &ru);
     const double max_rss_mb = double(ru.ru_maxrss) / 1024.0;
@@ -138,14 +148,21 @@ void add_bench_generate(CLI::App& bench) {
                 opt.weights == llm::WeightStorage::int8 ? (" (block " + std::to_string(opt.block) + ")").c_str() : "",
                 (long long)prompt_tokens, prefill_tok_s, (long long)steps, (long long)context, decode_tok_s, double(bytes) * 1e-6, gb_s,
                 compile_s, load_s, rss_compiled_mb, max_rss_mb, reps, nt, nt == 1 ? "" : "s");
+    std::printf("  decode %.2f GB/s = %.0f%% of the measured read bandwidth %.1f GB/s; prefill %.1f GFLOP/s = %.1f%% of the "
+                "measured %s peak %.0f GFLOP/s\n",
+                gb_s, 100 * gb_s / read_gbs, read_gbs, prefill_gflops, 100 * prefill_gflops / peak_gflops,
+                kernels::peak_kind_name(peak_kind), peak_gflops);
     if (json)
       std::printf("{\"model\": %s, \"weights\": \"%s\", \"block\": %lld, \"threads\": %d, \"prompt_tokens\": %lld, "
                   "\"steps\": %lld, \"decode_context\": %lld, \"reps\": %d, \"prefill_tok_s\": %.3f, \"prefill_ms\": %.4f, \"decode_tok_s\": %.3f, "
                   "\"decode_ms_per_token\": %.4f, \"weight_bytes_per_token\": %lld, \"decode_gb_s\": %.3f, "
-                  "\"compile_s\": %.4f, \"load_s\": %.4f, \"rss_compiled_mb\": %.1f, \"max_rss_mb\": %.1f}\n",
+                  "\"compile_s\": %.4f, \"load_s\": %.4f, \"rss_compiled_mb\": %.1f, \"max_rss_mb\": %.1f, "
+                  "\"read_bandwidth_gb_s\": %.3f, \"decode_bandwidth_fraction\": %.4f, \"prefill_gflops\": %.3f, "
+                  "\"peak_kind\": \"%s\", \"peak_gflops\": %.3f, \"prefill_peak_fraction\": %.4f}\n",
                   json_str(model).c_str(), weights.c_str(), (long long)opt.block, nt, (long long)prompt_tokens,
                   (long long)steps, (long long)context, reps, prefill_tok_s, median(prefill_s) * 1e3, decode_tok_s, 1e3 / decode_tok_s,
-                  (long long)bytes, gb_s, compile_s, load_s, rss_compiled_mb, max_rss_mb);
+                  (long long)bytes, gb_s, compile_s, load_s, rss_compiled_mb, max_rss_mb, read_gbs, gb_s / read_gbs,
+                  prefill_gflops, kernels::peak_kind_name(peak_kind), peak_gflops, prefill_gflops / peak_gflops);
   });
 }
 
