@@ -255,7 +255,7 @@ TEST(ProfileTrain, FamiliesAndBitIdenticalWeights) {
   for (auto& s : on.phase_spans) phases[s.name]++;
   EXPECT_EQ(phases["optimizer"], 3);
   EXPECT_EQ(phases["data"], 6);
-  EXPECT_EQ(phases["accumulate"], 6);
+  EXPECT_EQ(phases["accumulate"], 3);  // every micro-step but a step's first, which writes the step's gradients
   const std::string report = llm::efficiency_report(task_on, opt, on);
   EXPECT_NE(report.find("by kernel family"), std::string::npos) << report;
   EXPECT_NE(report.find("matmul"), std::string::npos) << report;

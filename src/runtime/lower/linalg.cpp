@@ -339,60 +339,74 @@ std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering
   const kernels::Activation act = gl.act;
   const int64_t lda = g.tx ? m : k, ldb = g.ty ? k : n;
   const bool tx = g.tx, ty = g.ty;
-  std::vector<int64_t> xoff = g.xoff, ybat = g.ybat;
-  auto step = make_step(kernel, op, [=](const Frame& f) {
-    const float* a = f.at<float>(ix);
-    float* c = f.at<float>(io);
+  const std::vector<int64_t> xoff = g.xoff, ybat = g.ybat;
+  // The epilogue of every call; its residual is set per batch.
+  auto epilogue = [=](const Frame& f) {
     kernels::Epilogue ep;
     ep.alpha = alpha;
     ep.act = act;
     ep.bias = ib >= 0 ? f.at<float>(ib) : nullptr;
-    const float* res = ir >= 0 ? f.at<float>(ir) : nullptr;
     ep.residual_ld = n;
-    if (compact) {
-      ep.residual = res;
-      kernels::weight_gemm(m, a, k, compact->ref, c, n, ep);
-      return;
-    }
-    if (stable) {
+    return ep;
+  };
+  auto residual = [=](const Frame& f, int64_t co) { return ir >= 0 ? f.at<float>(ir) + co : nullptr; };
+  auto output = [=](const Frame& f, int64_t co) { return kernels::OutputRef{f.at<float>(io) + co, kernels::ElemType::f32, n}; };
+
+  // One step type per way B is held: a compact weight read in place, a
+  // stable input packed once per change, oneDNN primitives, the own kernels.
+  std::unique_ptr<Step> step;
+  if (compact) {
+    step = make_step(kernel, op, [=](const Frame& f) {
+      kernels::Epilogue ep = epilogue(f);
+      ep.residual = residual(f, 0);
+      kernels::weight_gemm(m, f.at<float>(ix), k, compact->ref, f.at<float>(io), n, ep);
+    });
+  } else if (stable) {
+    step = make_step(kernel, op, [=](const Frame& f) {
       stable->refresh(f.at<float>(iy), *generation);
+      const float* a = f.at<float>(ix);
+      kernels::Epilogue ep = epilogue(f);
       for (size_t bi = 0; bi < xoff.size(); ++bi) {
         const int64_t co = int64_t(bi) * m * n;
-        const kernels::OutputRef cr{c + co, kernels::ElemType::f32, n};
         if (!stable->prims.empty()) {
-          stable->prims[size_t(ybat[bi])].run(a + xoff[bi], nullptr, cr, ep.bias, res ? res + co : nullptr);
+          stable->prims[size_t(ybat[bi])].run(a + xoff[bi], nullptr, output(f, co), ep.bias, residual(f, co));
           continue;
         }
-        ep.residual = res ? res + co : nullptr;
+        ep.residual = residual(f, co);
         kernels::gemm(m, kernels::MatrixRef{a + xoff[bi], kernels::ElemType::f32, lda, tx},
-                      stable->packed[size_t(ybat[bi])], cr, ep);
+                      stable->packed[size_t(ybat[bi])], output(f, co), ep);
       }
-      return;
-    }
-    if (onednn) {
+    });
+  } else if (onednn) {
+    step = make_step(kernel, op, [=](const Frame& f) {
+      const float* a = f.at<float>(ix);
+      const float* bias = ib >= 0 ? f.at<float>(ib) : nullptr;
       const float* y_var = onednn->front().desc().b_const ? nullptr : f.at<float>(iy);
       for (size_t bi = 0; bi < xoff.size(); ++bi) {
         const int64_t co = int64_t(bi) * m * n;
-        const kernels::OutputRef cr{c + co, kernels::ElemType::f32, n};
         if (y_var)
-          onednn->front().run(a + xoff[bi], y_var + ybat[bi] * k * n, cr, ep.bias, res ? res + co : nullptr);
+          onednn->front().run(a + xoff[bi], y_var + ybat[bi] * k * n, output(f, co), bias, residual(f, co));
         else
-          (*onednn)[size_t(ybat[bi])].run(a + xoff[bi], nullptr, cr, ep.bias, res ? res + co : nullptr);
+          (*onednn)[size_t(ybat[bi])].run(a + xoff[bi], nullptr, output(f, co), bias, residual(f, co));
       }
-      return;
-    }
-    for (size_t bi = 0; bi < xoff.size(); ++bi) {
-      const int64_t co = int64_t(bi) * m * n;
-      ep.residual = res ? res + co : nullptr;
-      const kernels::MatrixRef ar{a + xoff[bi], kernels::ElemType::f32, lda, tx};
-      const kernels::OutputRef cr{c + co, kernels::ElemType::f32, n};
-      if (packed)
-        kernels::gemm(m, ar, (*packed)[size_t(ybat[bi])], cr, ep);
-      else
-        kernels::gemm(m, n, k, ar, kernels::MatrixRef{f.at<float>(iy) + ybat[bi] * k * n, kernels::ElemType::f32, ldb, ty},
-                      cr, ep, math);
-    }
-  });
+    });
+  } else {
+    step = make_step(kernel, op, [=](const Frame& f) {
+      const float* a = f.at<float>(ix);
+      kernels::Epilogue ep = epilogue(f);
+      for (size_t bi = 0; bi < xoff.size(); ++bi) {
+        const int64_t co = int64_t(bi) * m * n;
+        ep.residual = residual(f, co);
+        const kernels::MatrixRef ar{a + xoff[bi], kernels::ElemType::f32, lda, tx};
+        if (packed)
+          kernels::gemm(m, ar, (*packed)[size_t(ybat[bi])], output(f, co), ep);
+        else
+          kernels::gemm(m, n, k, ar,
+                        kernels::MatrixRef{f.at<float>(iy) + ybat[bi] * k * n, kernels::ElemType::f32, ldb, ty},
+                        output(f, co), ep, math);
+      }
+    });
+  }
   step->info.flops = 2.0 * double(xoff.size()) * double(m) * double(n) * double(k);
   step->info.bytes = 4.0 * double(x.numel() + o.numel()) + b_bytes + (ib >= 0 ? 4.0 * double(n) : 0.0) +
                      (ir >= 0 ? 4.0 * double(o.numel()) : 0.0);
