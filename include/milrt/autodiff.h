@@ -9,9 +9,9 @@
 // input's shape and dtype, then (optionally) the original's other outputs.
 // It is ordinary MIL: it prints, parses back and goes through the same pass
 // pipeline (fusion, memory planning) as any program. Forward values the
-// backward half needs are kept (the seed's "taps"), or recomputed where that
-// is cheaper (GradOptions::recompute); the pass pipeline's memory plan decides
-// where they live.
+// backward half needs are kept (as a hand-written backward keeps forward
+// "taps"), or recomputed where that is cheaper (GradOptions::recompute); the
+// pass pipeline's memory plan decides where they live.
 #pragma once
 #include <string>
 #include <vector>

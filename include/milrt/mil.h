@@ -43,9 +43,10 @@ struct LoadOptions {
 };
 
 // Reads every BLOBFILE literal of the program: blob storage v2 files (header,
-// 0xDEADBEEF metadata records) or raw arrays (the first seed's tests). Files
-// are memory-mapped; every offset and size is checked before use. Paths are
-// confined to Program::base_dir (see LoadOptions).
+// 0xDEADBEEF metadata records) or raw arrays of the literal's dtype (files
+// written by hand, without the v2 header). Files are memory-mapped; every
+// offset and size is checked before use. Paths are confined to
+// Program::base_dir (see LoadOptions).
 void load_blobs(Program& p, const LoadOptions& options = {});
 
 // Loads a model: a `Name.mlmodelc` directory (model.mil + weights/), a
@@ -61,7 +62,7 @@ Program load_model(const std::string& path, const LoadOptions& options = {});
 // Verifies every function: known ops, required inputs present, input types
 // admissible, outputs' types equal to what shape inference gives. Throws
 // milrt::Error naming the op, its position and the mismatch. Returns notes
-// (non-fatal remarks, e.g. the first seed's size-1 layout idioms that were
+// (non-fatal remarks, e.g. Neural Engine size-1 layout idioms that were
 // accepted) one per line.
 std::vector<std::string> verify(const Program& p);
 
@@ -69,7 +70,8 @@ std::vector<std::string> verify(const Program& p);
 
 namespace milrt {
 
-// Accepts the first seed's Neural Engine idioms: an op whose operands or
+// Accepts the size-1 layout idioms of programs written for the Neural
+// Engine: an op whose operands or
 // declared result only fit the shape rules after moving size-1 dims (e.g.
 // matmul of a [1, C, 1, 1] activation by a [N, C] weight declared [1, 1, 1, N])
 // gets explicit reshapes around it, so the program becomes well-typed MIL.
