@@ -34,8 +34,9 @@ void widen_rows_avx2(const WeightRef& w, int64_t j0, int64_t j1, float* dst);
 namespace {
 
 // Up to this many rows of A stream W (each weight row is read once for all of
-// them); above it, panels go through the fp32 GEMM. Measured with
-// bench_weight_gemm: see the report of the session that wrote this.
+// them); above it, panels go through the fp32 GEMM. The crossing point
+// measured with bench/bench_weight_gemm.cpp (rerun it to check it on a new
+// CPU: `build/bench_weight_gemm`).
 constexpr int64_t kStreamMaxM = 4;
 // Weight rows per streaming task: a thread's rows stay contiguous in memory.
 constexpr int64_t kStreamBlock = 64;
