@@ -270,10 +270,13 @@ std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering
   const std::vector<kernels::MatrixRef> constant_b =
       w && !compact ? constant_b_batches(*w, b_held, k, n, g.ty, g.y_batches) : std::vector<kernels::MatrixRef>{};
   std::shared_ptr<std::vector<kernels::OnednnGemm>> onednn;
+  // A stable input is packed once per change, like a constant once: the
+  // candidates are compared on the product alone, not on per-call packing.
+  const bool b_once = w != nullptr || (!compact && ctx.stable_generation && ctx.stable_input(y.id));
   const kernels::GemmBackend backend =
       compact ? kernels::GemmBackend::own
-      : ctx.gemm_tuner ? ctx.gemm_tuner->choose(m, n, k, g.tx, g.ty, math, w != nullptr)
-                       : kernels::choose_gemm_backend(m, n, k, math, w != nullptr);
+      : ctx.gemm_tuner ? ctx.gemm_tuner->choose(m, n, k, g.tx, g.ty, math, b_once)
+                       : kernels::choose_gemm_backend(m, n, k, math, b_once);
   if (backend == kernels::GemmBackend::onednn) {
     kernels::OnednnGemmDesc d;
     d.m = m;
