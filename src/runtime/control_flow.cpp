@@ -110,7 +110,8 @@ class Builder {
     prog.functions.push_back(std::move(fn));
     CompileOptions o = env_.options;
     o.function = "main";
-    o.input_shapes.clear();
+    o.input_shapes.clear();  // the parameters' static shapes settle the dims a block declares '?'
+    for (const Param& prm : prog.functions[0].params) o.input_shapes[prm.name] = prm.type.shape;
     o.state_aliases.clear();
     o.stable_inputs.clear();
     o.taps.clear();
