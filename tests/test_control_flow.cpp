@@ -239,6 +239,19 @@ TEST(ControlFlowParser, PrintParsesBackToTheSameProgram) {
   EXPECT_NE(ir_diff(p, q), "");
 }
 
+TEST(ControlFlowParser, ConvertedGruPrintsAndParsesBack) {
+  // coremltools' while_loop (tests/data/coreml_zoo): blocks reuse parameter
+  // names between cond and body, and the body holds its own weights.
+  const Program p = load_model(std::string(MILRT_SOURCE_DIR) + "/tests/data/coreml_zoo/gru_fp32/model.mlpackage");
+  verify(p);
+  Program q = parse_mil(print_mil(p), "gru.mil", p.base_dir);
+  load_blobs(q);
+  EXPECT_EQ(ir_diff(p, q), "");
+  size_t ops = 0;
+  walk_ops(p.functions[0].ops, [&](const Op&) { ++ops; });
+  EXPECT_GT(ops, p.functions[0].ops.size());
+}
+
 // The 1-based line of the first line of `text` containing `marker`.
 int line_of(const std::string& text, const std::string& marker) {
   const size_t at = text.find(marker);
