@@ -154,14 +154,8 @@ INSTANTIATE_TEST_SUITE_P(Zoo, CoremlZoo,
                          ::testing::Values("mlp_fp32", "mlp_fp16", "mlp_int8", "mlp_palettized4", "convnet_fp32",
                                            "convnet_fp16", "lstm_fp32", "lstm_fp16", "transformer_encoder_fp32",
                                            "transformer_encoder_fp16", "gpt2_block_fp32", "gpt2_block_fp16",
-                                           "kv_cache_fp16", "cnn_fp32", "cnn_fp16"),
+                                           "kv_cache_fp16", "cnn_fp32", "cnn_fp16", "gru_fp32", "gru_fp16"),
                          param_name);
-
-// Converted but not yet run by milrt (the data is kept for when they are):
-//  - gru_*: coremltools lowers nn.GRU to a while_loop: `has nested blocks:
-//    milrt does not run control flow (cond, while_loop)`.
-INSTANTIATE_TEST_SUITE_P(DISABLED_Unsupported, CoremlZoo,
-                         ::testing::Values("gru_fp32", "gru_fp16"), param_name);
 
 }  // namespace
 }  // namespace milrt::test

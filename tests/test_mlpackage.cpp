@@ -360,9 +360,11 @@ TEST(Mlpackage, BadDocuments) {
   Msg wrong_rank = Msg().msg(1, Msg().varint(1, kFp32).varint(2, 3));
   expect_load_error(package(simple_model(7, {const_op("c", wrong_rank, immediate(wrong_rank, tv(1, "")))})),
                     "tensor type of rank 3 lists 0 dimensions");
+  // A bad op inside a nested block (control flow loads; test_control_flow runs it) names the block.
+  Msg bad_inner = op({"relu", "bad", {{"x", {by_name("not an id\n")}}}, {named("q", tensor_type(kFp32, {2}))}, {}});
   Msg with_block = op({"cond", "c", {}, {named("z", tensor_type(kFp32, {}))}, {}});
-  with_block.msg(4, Msg());
-  expect_load_error(package(simple_model(7, {with_block})), "has nested blocks: milrt does not run control flow");
+  with_block.msg(4, Msg().msg(3, bad_inner));  // Operation.blocks, Block.operations
+  expect_load_error(package(simple_model(7, {with_block})), "op 0 (cond) block 0, op 0 (relu) input 'x': value name 'not an id?'");
   expect_load_error(package(simple_model(7, {op({"relu", "bad", {{"x", {by_name("not an id\n")}}}, {named("q", tensor_type(kFp32, {2}))}, {}})})),
                     "value name 'not an id?' is not a MIL identifier");
   // BLOBFILE values past the end of the weight file, and outside the package.

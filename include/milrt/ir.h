@@ -2,11 +2,14 @@
 //
 // A Program holds Functions; a Function holds its parameters, a list of Ops in
 // definition order (SSA: every value is defined once, before its uses) and the
-// names of its outputs. Op inputs are a single ordered map that merges MIL's
-// `(...)` arguments and `[...]` attributes; each entry remembers which block it
-// came from only so the printer can reproduce the text faithfully.
+// names of its outputs. Control-flow ops (`cond`, `while_loop`) hold nested
+// Blocks of ops with their own scopes (see Block). Op inputs are a single
+// ordered map that merges MIL's `(...)` arguments and `[...]` attributes; each
+// entry remembers which of the two it came from only so the printer can
+// reproduce the text faithfully.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -95,11 +98,39 @@ struct Output {
   Type type;
 };
 
+struct Param {
+  std::string name;
+  Type type;
+  SourceLoc loc;
+};
+
+struct Op;
+
+// A nested block of an op: control flow (`while_loop`: the cond block, then
+// the body; `cond`: the true branch, then the false one). A block has
+// parameters (while_loop: the loop variables; none for cond's branches), ops
+// in definition order and the names it returns. Its ops read the block's
+// parameters, values defined earlier in the block and the values visible where
+// the owning op stands (the enclosing blocks' and the function's, defined
+// before that op): these are the block's captures. A name a block defines is
+// visible only inside it (sibling blocks may reuse it) and must not redefine a
+// name visible there. The text form follows the op's `[...]` with each block
+// as `label(params) { ops } -> (outputs)` and then the op's `;` (see
+// mil/printer.cpp); protobuf: Operation.blocks.
+struct Block {
+  std::vector<Param> inputs;
+  std::vector<Op> ops;
+  std::vector<std::string> outputs;
+  SourceLoc loc;
+  bool operator==(const Block& o) const;
+};
+
 struct Op {
   std::string type;                   // "conv", "const", ...
   std::string name;                   // the [name = "..."] attribute ("" if absent)
   std::vector<Input> inputs;
   std::vector<Output> outputs;
+  std::vector<Block> blocks;          // nested blocks (control flow); empty for every other op
   SourceLoc loc;
 
   const Input* find(const std::string& key) const;
@@ -109,14 +140,13 @@ struct Op {
   void erase(const std::string& key);
 };
 
+// Calls fn on each op of `ops` and, right after it, on the ops of its nested
+// blocks (depth first, in program order).
+void walk_ops(std::vector<Op>& ops, const std::function<void(Op&)>& fn);
+void walk_ops(const std::vector<Op>& ops, const std::function<void(const Op&)>& fn);
+
 // Throws Error("file:line:col: error: TYPE 'first output': msg") for an op.
 [[noreturn]] void throw_op_error(const Op& op, const std::string& msg);
-
-struct Param {
-  std::string name;
-  Type type;
-  SourceLoc loc;
-};
 
 // A named attribute of a program or function: `[buildInfo = dict<...>(...)]`.
 struct NamedAttr {

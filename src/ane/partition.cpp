@@ -6,6 +6,7 @@
 #include <set>
 
 #include "ane/validate.h"
+#include "ir/control_flow.h"
 #include "ir/verifier.h"
 #include "milrt/builder.h"
 #include "milrt/error.h"
@@ -18,9 +19,11 @@ void vars_of(const Arg& a, std::vector<std::string>& out) {
   for (auto& e : a.elems) vars_of(e, out);
 }
 
+// What an op reads: its inputs and, for control flow, what its blocks capture.
 std::vector<std::string> reads(const Op& op) {
   std::vector<std::string> v;
   for (auto& in : op.inputs) vars_of(in.arg, v);
+  for (auto& c : captured_values(op)) v.push_back(c);
   return v;
 }
 

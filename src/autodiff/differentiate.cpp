@@ -329,6 +329,12 @@ Program differentiate(const Program& p, const GradOptions& options) {
     if (prm.type.has_unknown_dims())
       throw Error("differentiate: input '" + prm.name + "' has a flexible shape " + prm.type.str() +
                   "; give it a static shape first");
+  // Refused outright, not only on the path to the loss: a block's captures are
+  // no inputs of its op, so a gradient through them would be silently lost.
+  for (const Op& op : fn->ops)
+    if (!op.blocks.empty())
+      throw_op_error(op, "differentiate: control flow (cond, while_loop) has no gradient rules; milrt does not "
+                         "differentiate programs with nested blocks");
   Differentiator d(*fn, options);
   Program r = p;
   r.functions.push_back(d.run());

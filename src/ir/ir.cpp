@@ -86,6 +86,20 @@ void Op::erase(const std::string& key) {
     if (it->key == key) { inputs.erase(it); return; }
 }
 
+void walk_ops(std::vector<Op>& ops, const std::function<void(Op&)>& fn) {
+  for (Op& op : ops) {
+    fn(op);
+    for (Block& b : op.blocks) walk_ops(b.ops, fn);
+  }
+}
+
+void walk_ops(const std::vector<Op>& ops, const std::function<void(const Op&)>& fn) {
+  for (const Op& op : ops) {
+    fn(op);
+    for (const Block& b : op.blocks) walk_ops(b.ops, fn);
+  }
+}
+
 void throw_op_error(const Op& op, const std::string& msg) {
   std::string where = op.loc.str();
   std::string who = op.type + (op.outputs.empty() ? "" : " '" + op.outputs[0].name + "'");
@@ -114,6 +128,24 @@ std::string attrs_diff(const std::vector<NamedAttr>& a, const std::vector<NamedA
   return "";
 }
 
+std::string op_diff(const Op& a, const Op& b, const std::string& where);
+
+std::string ops_diff(const std::vector<Op>& a, const std::vector<Op>& b, const std::string& where) {
+  if (a.size() != b.size()) return where + ": op count differs";
+  for (size_t i = 0; i < a.size(); ++i)
+    if (auto d = op_diff(a[i], b[i], where + " op " + std::to_string(i)); !d.empty()) return d;
+  return "";
+}
+
+std::string block_diff(const Block& a, const Block& b, const std::string& where) {
+  if (a.inputs.size() != b.inputs.size()) return where + ": parameter count differs";
+  for (size_t i = 0; i < a.inputs.size(); ++i)
+    if (a.inputs[i].name != b.inputs[i].name || a.inputs[i].type != b.inputs[i].type)
+      return where + ": parameter " + a.inputs[i].name + " differs";
+  if (a.outputs != b.outputs) return where + ": outputs differ";
+  return ops_diff(a.ops, b.ops, where);
+}
+
 std::string op_diff(const Op& a, const Op& b, const std::string& where) {
   if (a.type != b.type) return where + ": op type " + a.type + " vs " + b.type;
   if (a.name != b.name) return where + ": op name '" + a.name + "' vs '" + b.name + "'";
@@ -127,9 +159,14 @@ std::string op_diff(const Op& a, const Op& b, const std::string& where) {
     if (x.key != y.key || x.in_attr_block != y.in_attr_block || !(x.arg == y.arg))
       return where + ": input '" + x.key + "' differs";
   }
+  if (a.blocks.size() != b.blocks.size()) return where + ": block count differs";
+  for (size_t i = 0; i < a.blocks.size(); ++i)
+    if (auto d = block_diff(a.blocks[i], b.blocks[i], where + " block " + std::to_string(i)); !d.empty()) return d;
   return "";
 }
 }  // namespace
+
+bool Block::operator==(const Block& o) const { return block_diff(*this, o, "").empty(); }
 
 std::string ir_diff(const Program& a, const Program& b) {
   if (a.version != b.version) return "program version " + a.version + " vs " + b.version;
@@ -145,9 +182,7 @@ std::string ir_diff(const Program& a, const Program& b) {
         return w + ": parameter " + f.params[i].name + " differs";
     if (auto d = attrs_diff(f.attrs, g.attrs, w); !d.empty()) return d;
     if (f.outputs != g.outputs) return w + ": outputs differ";
-    if (f.ops.size() != g.ops.size()) return w + ": op count differs";
-    for (size_t i = 0; i < f.ops.size(); ++i)
-      if (auto d = op_diff(f.ops[i], g.ops[i], w + " op " + std::to_string(i)); !d.empty()) return d;
+    if (auto d = ops_diff(f.ops, g.ops, w); !d.empty()) return d;
   }
   return "";
 }

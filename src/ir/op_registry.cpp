@@ -43,6 +43,7 @@ void ensure_ops_registered() {
     register_fused_conv_ops();
     register_conv_chain_ops();
     register_pool_ops();
+    register_control_flow_ops();
   });
 }
 

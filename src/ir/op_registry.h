@@ -104,6 +104,7 @@ void register_fused_norm_ops();         // milrt_rms_norm
 void register_fused_conv_ops();         // milrt_conv
 void register_conv_chain_ops();         // milrt_conv_chain
 void register_pool_ops();               // max/avg/l2_pool, upsample_nearest_neighbor/_bilinear
+void register_control_flow_ops();       // cond, while_loop (ir/control_flow.cpp)
 
 // Calls every register_*_ops() once.
 void ensure_ops_registered();

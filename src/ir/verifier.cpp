@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "ir/control_flow.h"
 #include "ir/op_registry.h"
 #include "milrt/error.h"
 #include "milrt/mil.h"
@@ -35,6 +36,9 @@ InferInput infer_input(const Op& op, const Arg& a, const ValueTable& values) {
 }  // namespace
 
 std::vector<Type> infer_op(const Op& op, const ValueTable& values, const std::string& opset) {
+  if (!op.blocks.empty() || op.type == "while_loop" || op.type == "cond") {
+    return infer_control_flow(op, values, opset);
+  }
   const OpSchema* s = find_schema(op.type);
   if (!s) fail_op(op, "unknown op '" + op.type + "' (see `milrt check --ops` for the supported set)");
   std::set<std::string> known;

@@ -145,8 +145,9 @@ class BlobLoader {
 void load_blobs(Program& p, const LoadOptions& options) {
   BlobLoader loader(p, options);
   for (auto& f : p.functions)
-    for (auto& op : f.ops)
+    walk_ops(f.ops, [&](Op& op) {
       for (auto& in : op.inputs) loader.load(in.arg, op, in.key);
+    });
 }
 
 Program load_model(const std::string& path, const LoadOptions& options) {
@@ -197,8 +198,9 @@ void externalize(Arg& a, BlobWriter& w, int64_t limit, bool& used) {
 bool move_large_literals_to_blobs(Program& p, BlobWriter& w, int64_t inline_limit) {
   bool used = false;
   for (auto& f : p.functions)
-    for (auto& op : f.ops)
+    walk_ops(f.ops, [&](Op& op) {
       for (auto& in : op.inputs) externalize(in.arg, w, inline_limit, used);
+    });
   return used;
 }
 

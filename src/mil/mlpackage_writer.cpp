@@ -187,6 +187,16 @@ class Writer {
       nt->set_name(out.name);
       type(out.type, nt->mutable_type());
     }
+    for (const Block& b : o.blocks) {
+      coreml::Block* pb = po->add_blocks();
+      for (const Param& prm : b.inputs) {
+        auto* nt = pb->add_inputs();
+        nt->set_name(prm.name);
+        type(prm.type, nt->mutable_type());
+      }
+      for (const Op& inner : b.ops) op(inner, pb->add_operations());
+      for (const std::string& out : b.outputs) pb->add_outputs(out);
+    }
   }
 
   int function(const Function& f, coreml::Function* pf) const {

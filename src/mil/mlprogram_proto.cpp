@@ -104,13 +104,7 @@ class Converter {
     auto opset = opset_of(pf.opset());
     if (!opset) fail(where, "unknown opset '" + shown(pf.opset()) + "' (milrt reads CoreML5 to CoreML8, ios15 to ios18)");
     f.opset = *opset;
-    for (auto& in : pf.inputs()) {
-      Param prm;
-      prm.name = ident(in.name(), where, "input name");
-      prm.type = type(in.type(), where + " input '" + prm.name + "'", 0);
-      prm.loc = f.loc;
-      f.params.push_back(std::move(prm));
-    }
+    for (auto& in : pf.inputs()) f.params.push_back(param(in, where, f.loc));
     f.attrs = attrs(pf.attributes(), where);
     const coreml::Block* block = nullptr;
     for (auto& b : pf.block_specializations()) {
@@ -120,17 +114,44 @@ class Converter {
     }
     if (!block) fail(where, "has no block for its opset " + shown(pf.opset()));
     if (block->inputs_size()) fail(where, "the function's block has inputs of its own");
-    for (int i = 0; i < block->operations_size(); ++i) {
+    f.ops = ops(*block, where);
+    for (auto& o : block->outputs()) f.outputs.push_back(ident(o, where, "output name"));
+    return f;
+  }
+
+  std::vector<Op> ops(const coreml::Block& block, const std::string& where) {
+    std::vector<Op> out;
+    for (int i = 0; i < block.operations_size(); ++i) {
       const std::string at = where + ", op " + std::to_string(i);
-      if (block->operations(i).type() == "write_state") {
-        f.ops.push_back(update_state(*block, i, at));
+      if (block.operations(i).type() == "write_state") {
+        out.push_back(update_state(block, i, at));
         ++i;  // the read_state it was paired with
         continue;
       }
-      f.ops.push_back(op(block->operations(i), at));
+      out.push_back(op(block.operations(i), at));
     }
-    for (auto& o : block->outputs()) f.outputs.push_back(ident(o, where, "output name"));
-    return f;
+    return out;
+  }
+
+  // A nested block of a control-flow op (cond, while_loop).
+  Block nested_block(const coreml::Block& pb, const std::string& where) {
+    if (++depth_ > kMaxDepth) fail(where, "blocks are nested too deeply");
+    Block b;
+    b.loc = {path_ + ": " + where, 0, 0};
+    for (auto& in : pb.inputs()) b.inputs.push_back(param(in, where, b.loc));
+    b.ops = ops(pb, where);
+    for (auto& o : pb.outputs()) b.outputs.push_back(ident(o, where, "block output name"));
+    --depth_;
+    return b;
+  }
+
+  // An input of a function or of a nested block.
+  Param param(const coreml::NamedValueType& in, const std::string& where, const SourceLoc& loc) const {
+    Param prm;
+    prm.name = ident(in.name(), where, "input name");
+    prm.type = type(in.type(), where + " input '" + prm.name + "'", 0);
+    prm.loc = loc;
+    return prm;
   }
 
   // The name bound to input `key` of `po`, or "" when it is not one plain name.
@@ -173,9 +194,9 @@ class Converter {
     o.type = ident(po.type(), at, "op type");
     const std::string where = at + " (" + o.type + ")";
     o.loc = {path_ + ": " + where, 0, 0};
-    if (po.blocks_size())
-      fail(where, "has nested blocks: milrt does not run control flow (cond, while_loop)");
-    if (!po.outputs_size()) fail(where, "has no outputs");
+    for (int k = 0; k < po.blocks_size(); ++k)
+      o.blocks.push_back(nested_block(po.blocks(k), where + " block " + std::to_string(k)));
+    if (!po.outputs_size() && o.type != "cond") fail(where, "has no outputs");
     for (auto& out : po.outputs()) {
       Output x;
       x.name = ident(out.name(), where, "output name");
@@ -480,6 +501,7 @@ class Converter {
   }
 
   std::string path_, base_dir_;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -380,33 +380,54 @@ class Parser {
     if (f.opset != "ios15" && f.opset != "ios16" && f.opset != "ios17" && f.opset != "ios18")
       fail_at(os, "unknown opset '" + f.opset + "' (expected ios15, ios16, ios17 or ios18)");
     expect(">");
+    f.params = params();
+    if (is("[")) f.attrs = named_attrs();
+    f.ops = body("function '" + f.name + "'");
+    f.outputs = results("function's");
+    expect(";");
+    return f;
+  }
+
+  // '(' type name, ... ')': the parameters of a function or block.
+  std::vector<Param> params() {
+    std::vector<Param> r;
     expect("(");
     while (!is(")")) {
       Param prm;
       prm.loc = loc(peek());
       prm.type = type();
       prm.name = name();
-      f.params.push_back(std::move(prm));
+      r.push_back(std::move(prm));
       if (!is(")")) expect(",");
     }
     expect(")");
-    if (is("[")) f.attrs = named_attrs();
+    return r;
+  }
+
+  // '{' ops '}' of a function or block.
+  std::vector<Op> body(const std::string& what) {
+    std::vector<Op> ops;
     expect("{");
     while (!is("}")) {
-      if (peek().kind == Tok::End) fail_here("expected '}' closing function '" + f.name + "'");
-      f.ops.push_back(op());
+      if (peek().kind == Tok::End) fail_here("expected '}' closing " + what);
+      ops.push_back(op());
     }
     expect("}");
-    if (peek().kind != Tok::Arrow) fail_here("expected '->' and the function's outputs");
+    return ops;
+  }
+
+  // '->' '(' name, ... ')': what a function or block returns.
+  std::vector<std::string> results(const std::string& whose) {
+    if (peek().kind != Tok::Arrow) fail_here("expected '->' and the " + whose + " outputs");
     next();
+    std::vector<std::string> r;
     expect("(");
     while (!is(")")) {
-      f.outputs.push_back(name());
+      r.push_back(name());
       if (!is(")")) expect(",");
     }
     expect(")");
-    expect(";");
-    return f;
+    return r;
   }
 
   Op op() {
@@ -437,9 +458,25 @@ class Parser {
       }
       expect("]");
     }
+    // Nested blocks (control flow): `label(params) { ops } -> (outputs)`, each
+    // until the op's ';'.
+    while (peek().kind == Tok::Ident && is("(", 1)) o.blocks.push_back(block());
     expect(";");
     (void)start;
     return o;
+  }
+
+  Block block() {
+    Block b;
+    const Token& label = peek();
+    enter(label);
+    b.loc = loc(label);
+    next();
+    b.inputs = params();
+    b.ops = body("block '" + label.text + "'");
+    b.outputs = results("block's");
+    --depth_;
+    return b;
   }
 
   void input_entry(Op& o, bool attr_block) {

@@ -127,13 +127,20 @@ class Printer {
     out_ << ")";
     if (!f.attrs.empty()) out_ << " " << attrs(f.attrs);
     out_ << " {\n";
-    for (auto& o : f.ops) op(o);
+    for (auto& o : f.ops) op(o, "        ");
     out_ << "    } -> (";
     for (size_t i = 0; i < f.outputs.size(); ++i) out_ << (i ? ", " : "") << f.outputs[i];
     out_ << ");\n";
   }
-  void op(const Op& o) {
-    out_ << "        ";
+  // The label of block i of an op: coremltools' names for the blocks of
+  // while_loop and cond (the parser accepts any identifier).
+  static std::string block_label(const Op& o, size_t i) {
+    if (o.type == "while_loop" && i < 2) return i == 0 ? "cond" : "body";
+    if (o.type == "cond" && i < 2) return i == 0 ? "true_fn" : "false_fn";
+    return "block" + std::to_string(i);
+  }
+  void op(const Op& o, const std::string& indent) {
+    out_ << indent;
     for (size_t i = 0; i < o.outputs.size(); ++i)
       out_ << (i ? ", " : "") << o.outputs[i].type.str() << " " << o.outputs[i].name;
     out_ << " = " << o.type << "(";
@@ -152,6 +159,17 @@ class Printer {
       out_ << "[";
       for (size_t i = 0; i < attr_items.size(); ++i) out_ << (i ? ", " : "") << attr_items[i];
       out_ << "]";
+    }
+    for (size_t k = 0; k < o.blocks.size(); ++k) {
+      const Block& b = o.blocks[k];
+      out_ << "\n" << indent << "    " << block_label(o, k) << "(";
+      for (size_t i = 0; i < b.inputs.size(); ++i)
+        out_ << (i ? ", " : "") << b.inputs[i].type.str() << " " << b.inputs[i].name;
+      out_ << ") {\n";
+      for (auto& inner : b.ops) op(inner, indent + "        ");
+      out_ << indent << "    } -> (";
+      for (size_t i = 0; i < b.outputs.size(); ++i) out_ << (i ? ", " : "") << b.outputs[i];
+      out_ << ")";
     }
     out_ << ";\n";
   }

@@ -33,8 +33,9 @@ bool recomputed_copy(const Op& op) {
 }
 
 bool mergeable(const Op& op) {
+  // Ops with blocks are never merged: their inputs do not say what their blocks compute.
   return op.type.rfind("random_", 0) != 0 && op.type != "read_state" && op.type != "coreml_update_state" &&
-         !recomputed_copy(op);
+         op.blocks.empty() && !recomputed_copy(op);
 }
 
 uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) {

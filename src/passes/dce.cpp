@@ -14,7 +14,13 @@
 namespace milrt {
 namespace {
 
-bool has_effect(const Op& op) { return op.type == "coreml_update_state"; }
+// A state update has an effect, also inside a block of a control-flow op.
+bool has_effect(const Op& op) {
+  bool effect = op.type == "coreml_update_state";
+  for (const Block& b : op.blocks)
+    for (const Op& inner : b.ops) effect = effect || has_effect(inner);
+  return effect;
+}
 
 void mark_used(const Arg& a, std::unordered_set<std::string>& live) {
   if (a.kind == Arg::Kind::Var) live.insert(a.var);

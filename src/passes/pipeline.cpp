@@ -1,3 +1,4 @@
+#include "ir/control_flow.h"
 #include "milrt/error.h"
 #include "milrt/mil.h"
 #include "milrt/passes.h"
@@ -5,8 +6,20 @@
 
 namespace milrt {
 
+namespace {
+// Every pass sees an op with blocks (control flow) as an opaque op that reads
+// the outer values its blocks capture (ir/control_flow.h): uses inside blocks
+// count, and nothing is moved, merged or fused across a block's boundary.
+// The blocks themselves are optimized when a plan compiles each of them.
+std::vector<PassInfo> opaque_control_flow(std::vector<PassInfo> passes) {
+  for (PassInfo& p : passes)
+    p.run = [run = std::move(p.run)](Program& prog) { with_captures_exposed(prog, run); };
+  return passes;
+}
+}  // namespace
+
 const std::vector<PassInfo>& all_passes() {
-  static const std::vector<PassInfo> passes = {
+  static const std::vector<PassInfo> passes = opaque_control_flow({
       {"legalize-layout-idioms", "make the Neural Engine's size-1 layout idioms explicit reshapes",
        passes::legalize_layout_idioms},
       {"fuse-quantized-weights", "matmul/linear of a block-quantized int8 weight into milrt_gemm reading the int8 "
@@ -38,7 +51,7 @@ const std::vector<PassInfo>& all_passes() {
       {"fuse-elementwise", "chains of elementwise ops into one milrt_elementwise loop", passes::fuse_elementwise},
       {"schedule", "order ops for execution: topological, each op as late as its first consumer allows",
        passes::schedule},
-  };
+  });
   return passes;
 }
 

@@ -6,8 +6,12 @@ namespace milrt::passes {
 
 NameTable::NameTable(const Function& f) {
   for (auto& p : f.params) used_.insert(p.name);
-  for (auto& op : f.ops)
+  // Names inside nested blocks too: a new value must not shadow one there.
+  walk_ops(f.ops, [&](const Op& op) {
     for (auto& o : op.outputs) used_.insert(o.name);
+    for (auto& b : op.blocks)
+      for (auto& prm : b.inputs) used_.insert(prm.name);
+  });
 }
 
 std::string NameTable::fresh(const std::string& base) {

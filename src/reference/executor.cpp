@@ -38,6 +38,118 @@ void gather(const Op& op, const Arg& a, const Env& env, std::vector<Tensor>& out
   }
 }
 
+void bind_results(const Op& op, std::vector<Tensor> results, Env& env) {
+  if (results.size() != op.outputs.size())
+    fail_op(op, "produced " + std::to_string(results.size()) + " results for " +
+                    std::to_string(op.outputs.size()) + " declared outputs");
+  for (size_t i = 0; i < results.size(); ++i) {
+    const Output& o = op.outputs[i];
+    Tensor& r = results[i];
+    if (r.dtype() != o.type.dtype) fail_op(op, "produced " + std::string(dtype_name(r.dtype())) +
+                                                    " for output '" + o.name + "' declared " + o.type.str());
+    if (!shape_admits(o.type.shape, r.shape()))
+      fail_op(op, "produced shape " + shape_str(r.shape()) + " for output '" + o.name + "' declared " +
+                      o.type.str());
+    env[o.name] = std::move(r);
+  }
+}
+
+void run_ops(const std::vector<Op>& ops, Env& env);
+
+// Runs block b of `owner` in `env` with its parameters bound to `args` and
+// returns its outputs; the names it defines are gone again afterwards.
+std::vector<Tensor> run_block(const Op& owner, const Block& b, const std::vector<Tensor>& args, Env& env) {
+  if (args.size() != b.inputs.size())
+    fail_op(owner, "a block takes " + std::to_string(b.inputs.size()) + " values, given " + std::to_string(args.size()));
+  std::vector<std::string> defined;
+  struct Scope {
+    Env& env;
+    std::vector<std::string>& names;
+    ~Scope() { for (auto& n : names) env.erase(n); }
+  } scope{env, defined};
+  for (size_t i = 0; i < args.size(); ++i) {
+    const Param& prm = b.inputs[i];
+    if (args[i].dtype() != prm.type.dtype || !shape_admits(prm.type.shape, args[i].shape()))
+      fail_op(owner, "block parameter '" + prm.name + "' is declared " + prm.type.str() + " but is given " +
+                         std::string(dtype_name(args[i].dtype())) + " " + shape_str(args[i].shape()));
+    env[prm.name] = args[i];
+    defined.push_back(prm.name);
+  }
+  for (const Op& op : b.ops)
+    for (const Output& o : op.outputs) defined.push_back(o.name);
+  run_ops(b.ops, env);
+  std::vector<Tensor> out;
+  for (const std::string& name : b.outputs) {
+    auto it = env.find(name);
+    if (it == env.end()) fail_op(owner, "a block returns undefined value '" + name + "'");
+    out.push_back(it->second);
+  }
+  return out;
+}
+
+// A predicate: one bool (coremltools' cond and while_loop conditions).
+bool predicate(const Op& op, const Tensor& t, const char* what) {
+  if (t.dtype() != DType::Bool || t.numel() != 1)
+    fail_op(op, std::string(what) + " must be one bool, not " + std::string(dtype_name(t.dtype())) + " " +
+                    shape_str(t.shape()));
+  return t.at(0) != 0;
+}
+
+// cond: the branch the predicate picks; while_loop: the body while the cond
+// block holds, from the loop variables' initial values (coremltools iOS15
+// control_flow.py). Core ML bounds no loop, and neither does this.
+std::vector<Tensor> run_control_flow(const Op& op, Env& env) {
+  if (op.blocks.size() != 2) fail_op(op, "needs two blocks, has " + std::to_string(op.blocks.size()));
+  if (op.type == "cond") {
+    const Arg* pred = op.arg("pred");
+    if (!pred) fail_op(op, "missing required input 'pred'");
+    std::vector<Tensor> p;
+    gather(op, *pred, env, p);
+    if (p.size() != 1) fail_op(op, "'pred' must be one value");
+    return run_block(op, op.blocks[predicate(op, p[0], "'pred'") ? 0 : 1], {}, env);
+  }
+  if (op.type != "while_loop") fail_op(op, "only cond and while_loop have nested blocks");
+  const Arg* lv = op.arg("loop_vars");
+  if (!lv) fail_op(op, "missing required input 'loop_vars'");
+  std::vector<Tensor> vars;
+  gather(op, *lv, env, vars);
+  while (true) {
+    std::vector<Tensor> c = run_block(op, op.blocks[0], vars, env);
+    if (c.size() != 1) fail_op(op, "the cond block must return one value");
+    if (!predicate(op, c[0], "the cond block's result")) break;
+    std::vector<Tensor> next = run_block(op, op.blocks[1], vars, env);
+    if (next.size() != vars.size()) fail_op(op, "the body returns " + std::to_string(next.size()) + " values for " +
+                                                    std::to_string(vars.size()) + " loop variables");
+    vars = std::move(next);
+  }
+  return vars;
+}
+
+void run_ops(const std::vector<Op>& ops, Env& env) {
+  for (auto& op : ops) {
+    if (!op.blocks.empty() || op.type == "while_loop" || op.type == "cond") {
+      bind_results(op, run_control_flow(op, env), env);
+      continue;
+    }
+    ref::RefFn fn = ref::find_ref(op.type);
+    if (!fn) fail_op(op, "the reference executor has no implementation of '" + op.type + "'");
+    std::vector<std::pair<std::string, std::vector<Tensor>>> ins;
+    for (auto& in : op.inputs) {
+      std::vector<Tensor> vals;
+      gather(op, in.arg, env, vals);
+      ins.emplace_back(in.key, std::move(vals));
+    }
+    ref::RefCtx ctx(op, std::move(ins));
+    fn(ctx);
+    bind_results(op, std::move(ctx.results()), env);
+    if (op.type == "coreml_update_state") {
+      const Arg* st = op.arg("state");
+      if (!st || st->kind != Arg::Kind::Var) fail_op(op, "'state' must name a state parameter");
+      env[st->var] = env[op.outputs[0].name];
+    }
+  }
+}
+
 bool is_state(const Param& p) { return p.type.kind == Type::Kind::State && p.type.elems.size() == 1; }
 
 // Runs function `fn_name`. State parameters take their values from `states`
@@ -76,37 +188,7 @@ Env run(const Program& p, const std::string& fn_name, const TensorMap& inputs, T
       throw Error(std::string("error: ") + what + " '" + prm.name + "': string values are not supported");
     env[prm.name] = it->second.cast(ty.dtype);
   }
-  for (auto& op : f->ops) {
-    ref::RefFn fn = ref::find_ref(op.type);
-    if (!fn) fail_op(op, "the reference executor has no implementation of '" + op.type + "'");
-    std::vector<std::pair<std::string, std::vector<Tensor>>> ins;
-    for (auto& in : op.inputs) {
-      std::vector<Tensor> vals;
-      gather(op, in.arg, env, vals);
-      ins.emplace_back(in.key, std::move(vals));
-    }
-    ref::RefCtx ctx(op, std::move(ins));
-    fn(ctx);
-    auto& results = ctx.results();
-    if (results.size() != op.outputs.size())
-      fail_op(op, "produced " + std::to_string(results.size()) + " results for " +
-                      std::to_string(op.outputs.size()) + " declared outputs");
-    for (size_t i = 0; i < results.size(); ++i) {
-      const Output& o = op.outputs[i];
-      Tensor& r = results[i];
-      if (r.dtype() != o.type.dtype) fail_op(op, "produced " + std::string(dtype_name(r.dtype())) +
-                                                      " for output '" + o.name + "' declared " + o.type.str());
-      if (!shape_admits(o.type.shape, r.shape()))
-        fail_op(op, "produced shape " + shape_str(r.shape()) + " for output '" + o.name + "' declared " +
-                        o.type.str());
-      env[o.name] = std::move(r);
-    }
-    if (op.type == "coreml_update_state") {
-      const Arg* st = op.arg("state");
-      if (!st || st->kind != Arg::Kind::Var) fail_op(op, "'state' must name a state parameter");
-      env[st->var] = env[op.outputs[0].name];
-    }
-  }
+  run_ops(f->ops, env);
   for (auto& prm : f->params)
     if (is_state(prm)) states[prm.name] = env[prm.name];
   return env;

@@ -4,6 +4,8 @@
 // here, at compile time, never in Step::run.
 #pragma once
 #include <algorithm>
+#include <atomic>
+#include <unordered_map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -78,6 +80,19 @@ class LowerCtx {
 };
 
 using LowerFn = std::unique_ptr<Step> (*)(const Op& op, LowerCtx& ctx);
+
+// What lowering a control-flow op (runtime/control_flow.cpp) needs beyond
+// LowerCtx: its blocks compile as plans of their own.
+struct ControlFlowEnv {
+  const Program& program;                              // for the version and paths
+  const Function& function;                            // the outer function (its constants)
+  const std::unordered_map<std::string, Type>& types;  // declared types of its values
+  const CompileOptions& options;                       // the blocks compile with these
+  const std::atomic<bool>* cancelled = nullptr;        // Plan::cancel() ends a loop
+};
+// The step of a `while_loop` or `cond`: a sub-plan per block, run in a loop
+// or as the predicate picks. The op's captures are its kCapturesKey input.
+std::unique_ptr<Step> lower_control_flow(const Op& op, LowerCtx& ctx, const ControlFlowEnv& env);
 void register_lowering(const std::string& type, LowerFn fn);
 LowerFn find_lowering(const std::string& type);
 std::vector<std::string> lowered_ops();   // sorted

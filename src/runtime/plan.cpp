@@ -16,6 +16,7 @@
 #include <span>
 #include <unordered_map>
 
+#include "ir/control_flow.h"
 #include "ir/verifier.h"
 #include "milrt/mil.h"
 #include "milrt/passes.h"
@@ -734,6 +735,9 @@ Plan compile(const Program& program, const CompileOptions& options) {
     throw Error("error: numerics fp16 and matmul precision bf16 cannot be combined (bf16 operands are not fp16 numerics)");
   run_passes(P.program, P.fp16 ? rt::passes_for_fp16(options.passes) : options.passes);
   fn = P.program.function(options.function);
+  // An op with blocks reads the values its blocks capture: liveness, the
+  // memory plan and its lowering see them as the op's input kCapturesKey.
+  expose_captures(*fn);
   const int n_ops = int(fn->ops.size());
   const auto uses = uses_of(*fn);
   const auto types = value_types(*fn);
@@ -950,10 +954,14 @@ Plan compile(const Program& program, const CompileOptions& options) {
       }
     }
     if (op.outputs.size() == 1 && views.count(op.outputs[0].name)) continue;
-    rt::LowerFn fn_lower = rt::find_lowering(op.type);
-    if (!fn_lower)
-      throw_op_error(op, "no compiled kernel for '" + op.type + "' yet (run it with --engine reference)");
-    P.steps.push_back(fn_lower(op, lower));
+    if (!op.blocks.empty()) {
+      P.steps.push_back(rt::lower_control_flow(op, lower, {P.program, *fn, types, options, &P.cancelled}));
+    } else {
+      rt::LowerFn fn_lower = rt::find_lowering(op.type);
+      if (!fn_lower)
+        throw_op_error(op, "no compiled kernel for '" + op.type + "' yet (run it with --engine reference)");
+      P.steps.push_back(fn_lower(op, lower));
+    }
     if (P.fp16) {
       std::vector<rt::ValueRef> outs;
       for (size_t k = 0; k < op.outputs.size(); ++k) outs.push_back(lower.output(op, k));

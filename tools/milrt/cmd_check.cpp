@@ -29,9 +29,10 @@ void add_check(CLI::App& app) {
     if (is_mlpackage(model)) std::printf("%s", describe(load_model_description(model)).c_str());
     for (auto& f : p.functions) {
       std::map<std::string, int> hist;
-      for (auto& op : f.ops) ++hist[op.type];
+      size_t n_ops = 0;  // those in nested blocks (control flow) included
+      walk_ops(f.ops, [&](const Op& op) { ++hist[op.type], ++n_ops; });
       std::printf("function %s<%s>: %zu inputs, %zu ops, %zu outputs\n", f.name.c_str(), f.opset.c_str(),
-                  f.params.size(), f.ops.size(), f.outputs.size());
+                  f.params.size(), n_ops, f.outputs.size());
       for (auto& [op, n] : hist) std::printf("  %-36s %d\n", op.c_str(), n);
     }
     std::printf("ok\n");
