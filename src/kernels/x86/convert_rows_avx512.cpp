@@ -7,29 +7,19 @@
 
 #include <cstdint>
 
+#include "kernels/x86/amx_bf16_common.h"
+
 namespace milrt::kernels {
 
-namespace {
-
-// bf16 bits in the low half of each 32-bit lane.
-__attribute__((target("avx512f"))) inline __m512i to_bf16(__m512i x) {
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
-  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)), 16);
-  const __m512i quiet_nan = _mm512_or_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
-  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
-                                                _mm512_set1_epi32(0x7f800000));
-  return _mm512_mask_blend_epi32(nan, rounded, quiet_nan);
-}
-
-}  // namespace
+using x86::bf16_lanes;
 
 __attribute__((target("avx512f"))) void f32_to_bf16_row_avx512(const float* src, uint16_t* dst, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(to_bf16(_mm512_loadu_si512(src + i))));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtepi32_epi16(bf16_lanes(_mm512_loadu_si512(src + i))));
   if (i < n) {
     const __mmask16 m = __mmask16((1u << (n - i)) - 1);
-    _mm512_mask_cvtepi32_storeu_epi16(dst + i, m, to_bf16(_mm512_maskz_loadu_epi32(m, src + i)));
+    _mm512_mask_cvtepi32_storeu_epi16(dst + i, m, bf16_lanes(_mm512_maskz_loadu_epi32(m, src + i)));
   }
 }
 

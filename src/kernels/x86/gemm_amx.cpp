@@ -21,6 +21,7 @@
 #include <cstddef>
 
 #include "kernels/gemm_micro.h"
+#include "kernels/x86/amx_bf16_common.h"
 
 namespace milrt::kernels::detail {
 namespace {
@@ -29,15 +30,7 @@ constexpr int kMr = 32, kNr = 32;
 constexpr int kGroup = 16;       // rows of an A or C tile
 constexpr int64_t kTileK = 16;   // k pairs of an A or B tile (64 bytes of bf16 per row)
 
-// LDTILECFG's 64-byte operand (palette 1): every tile 16 rows × 64 bytes.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
-  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
-};
-constexpr TileConfig kConfig{};
+using x86::kTileConfig;
 
 // The AVX-512 kernel on rows [r0, r0 + rows) of p's tile, in slices of at
 // most its mr rows. acc/ld_acc/load_acc/ksteps/a/b are given already offset to
@@ -69,7 +62,7 @@ void avx512_rows(const MicroArgs& p, int r0, int rows) {
 // checking the current configuration with STTILECFG waits for every tile
 // instruction in flight. Releasing at the task's end leaves the thread as it
 // was for other AMX code (oneDNN's), and saves 8 KiB per context switch.
-void task_begin() { _tile_loadconfig(&kConfig); }
+void task_begin() { _tile_loadconfig(&kTileConfig); }
 void task_end() { _tile_release(); }
 
 template <int Groups>

@@ -1,6 +1,7 @@
 // Lowering of milrt_softmax, milrt_attention, milrt_attention_grad and
 // scaled_dot_product_attention onto kernels/generic/softmax.h, attention.h
-// and attention_backward.h.
+// and attention_backward.h; under CompileOptions::matmul_precision bf16 on
+// the AMX path, both attention steps onto kernels/attention_amx.h instead.
 //
 // Broadcasting is resolved here once: per output batch the element offsets
 // of q, k, v and the mask, and for milrt_softmax the mask offset of every
@@ -10,6 +11,8 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/attention_amx.h"
+#include "kernels/cpu_features.h"
 #include "kernels/generic/attention.h"
 #include "kernels/generic/attention_backward.h"
 #include "kernels/generic/softmax.h"
@@ -139,24 +142,35 @@ double attention_slice_macs(const kernels::AttentionShape& sh) {
 }
 double attention_flops(const AttentionGeom& g) { return 2.0 * double(g.qo.size()) * attention_slice_macs(g.sh); }
 
+// CompileOptions::matmul_precision bf16 on the AMX path with a head size the
+// AMX kernels take (kernels/attention_amx.h): both attention steps use them
+// (bf16 products, fp32 accumulation); otherwise the fp32 kernels.
+bool use_amx_attention(const LowerCtx& ctx, const AttentionGeom& g) {
+  return ctx.bf16_matmuls && kernels::current_isa() == kernels::Isa::amx && kernels::attention_amx_usable() &&
+         kernels::attention_amx_supports(g.sh, g.mask);
+}
+
 std::unique_ptr<Step> lower_attention_with(const Op& op, LowerCtx& ctx, const AttentionInputs& keys, float scale,
                                            bool causal) {
   ValueRef o = ctx.output(op);
   auto g = std::make_shared<AttentionGeom>(
       attention_geom(op, ctx, keys, scale, causal, Shape(o.shape.begin(), o.shape.end() - 2)));
   const int io = o.id, ilse = op.outputs.size() == 2 ? ctx.output(op, 1).id : -1;
-  const size_t scratch_floats = kernels::attention_scratch_floats(g->sh);
+  const bool amx = use_amx_attention(ctx, *g);
+  const size_t scratch_floats =
+      amx ? kernels::attention_amx_scratch_floats(g->sh) : kernels::attention_scratch_floats(g->sh);
   const double slice_macs = attention_slice_macs(g->sh);
-  auto step = make_step("attention", op, [=](const Frame& f) {
+  auto step = make_step(amx ? "attention[bf16][amx]" : "attention", op, [=](const Frame& f) {
     const float *pq = f.at<float>(g->iq), *pk = f.at<float>(g->ik), *pv = f.at<float>(g->iv);
     float* po = f.at<float>(io);
     float* plse = ilse >= 0 ? f.at<float>(ilse) : nullptr;
     // Heads on threads: one head's tiles are too small for the GEMM's own threads.
     kernels::for_each_attention_slice(int64_t(g->qo.size()), slice_macs, [&](int64_t b) {
       kernels::AttentionMask mk;
-      kernels::attention_f32(pq + g->qo[size_t(b)], pk + g->ko[size_t(b)], pv + g->vo[size_t(b)],
-                             po + b * g->sh.tq * g->sh.dv, g->sh, g->mask_at(f, size_t(b), mk),
-                             kernels::attention_thread_scratch(scratch_floats), plse ? plse + b * g->sh.tq : nullptr);
+      const auto kernel = amx ? kernels::attention_bf16_amx : kernels::attention_f32;
+      kernel(pq + g->qo[size_t(b)], pk + g->ko[size_t(b)], pv + g->vo[size_t(b)], po + b * g->sh.tq * g->sh.dv, g->sh,
+             g->mask_at(f, size_t(b), mk), kernels::attention_thread_scratch(scratch_floats),
+             plse ? plse + b * g->sh.tq : nullptr);
     });
   });
   step->info.flops = attention_flops(*g);
@@ -181,7 +195,8 @@ std::unique_ptr<Step> lower_milrt_attention_grad(const Op& op, LowerCtx& ctx) {
   }
   const int io = o.id, idout = dout.id, idq = dq.id, idk = dk.id, idv = dv.id;
   const double slice_macs = attention_slice_macs(g->sh);
-  auto step = make_step("attention_grad", op, [=](const Frame& f) {
+  const bool amx = use_amx_attention(ctx, *g);
+  auto step = make_step(amx ? "attention_grad[bf16][amx]" : "attention_grad", op, [=](const Frame& f) {
     const kernels::AttentionShape& sh = g->sh;
     const float *pq = f.at<float>(g->iq), *pk = f.at<float>(g->ik), *pv = f.at<float>(g->iv);
     const float *po = f.at<float>(io), *pdo = f.at<float>(idout);
@@ -189,11 +204,10 @@ std::unique_ptr<Step> lower_milrt_attention_grad(const Op& op, LowerCtx& ctx) {
     float *pdq = f.at<float>(idq), *pdk = f.at<float>(idk), *pdv = f.at<float>(idv);
     kernels::for_each_attention_slice(int64_t(g->qo.size()), 2 * slice_macs, [&](int64_t b) {
       kernels::AttentionMask mk;
-      kernels::attention_backward_f32(pq + g->qo[size_t(b)], pk + g->ko[size_t(b)], pv + g->vo[size_t(b)],
-                                      po + b * sh.tq * sh.dv, pdo + b * sh.tq * sh.dv,
-                                      plse ? plse + b * sh.tq : nullptr,
-                                      pdq + b * sh.tq * sh.d, pdk + b * sh.tk * sh.d, pdv + b * sh.tk * sh.dv, sh,
-                                      g->mask_at(f, size_t(b), mk));
+      const auto kernel = amx ? kernels::attention_backward_bf16_amx : kernels::attention_backward_f32;
+      kernel(pq + g->qo[size_t(b)], pk + g->ko[size_t(b)], pv + g->vo[size_t(b)],
+             po + b * sh.tq * sh.dv, pdo + b * sh.tq * sh.dv, plse ? plse + b * sh.tq : nullptr,
+             pdq + b * sh.tq * sh.d, pdk + b * sh.tk * sh.d, pdv + b * sh.tk * sh.dv, sh, g->mask_at(f, size_t(b), mk));
     });
   });
   // The four products the op-by-op backward does (Pᵀ·dO, dO·Vᵀ, dS·K,
