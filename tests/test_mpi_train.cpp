@@ -1,7 +1,10 @@
 // Data-parallel `milrt train` under mpirun (src/llm/distributed.h): two ranks
 // equal one process that sees the same micro-batches, resume under MPI equals
-// an uninterrupted run, a different world size is refused, and a rank that
-// fails ends the job with its message instead of hanging it.
+// an uninterrupted run, a different world size is refused, ZeRO-1 (--zero 1)
+// equals the unsharded optimizer and its state resumes either way, a rank
+// that throws (at start-up or mid-run) ends the job with its message and a
+// rank killed by SIGKILL ends it too, instead of hanging it; `milrt bench
+// train` runs under mpirun.
 //
 // Runs only when this build has MPI and `mpirun` is on PATH (skipped with a
 // message otherwise). Open MPI as root in a container needs
@@ -19,6 +22,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -28,6 +32,8 @@
 
 #include "llm/checkpoint.h"
 #include "llm/distributed.h"
+#include "llm/run_record.h"
+#include "milrt/error.h"
 
 namespace fs = std::filesystem;
 using namespace milrt;
@@ -268,4 +274,249 @@ TEST_F(MpiTrain, AFailingRankEndsTheJobWithItsMessage) {
   EXPECT_NE(r.err.find("missing.txt"), std::string::npos) << r.describe();
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30.0);
   EXPECT_FALSE(fs::exists(dir_ / "ok" / "checkpoint.bin"));
+}
+
+namespace {
+
+// The largest difference between two training states' moments (same tensors).
+double max_state_diff(const fs::path& a, const fs::path& b) {
+  llm::TrainState sa = llm::load_train_state(a.string()), sb = llm::load_train_state(b.string());
+  EXPECT_EQ(sa.step, sb.step);
+  EXPECT_EQ(sa.m.size(), sb.m.size());
+  EXPECT_EQ(sa.v.size(), sb.v.size());
+  double worst = 0;
+  for (const auto* maps : {&sa.m, &sa.v}) {
+    const TensorMap& other = maps == &sa.m ? sb.m : sb.v;
+    for (const auto& [name, t] : *maps) {
+      auto it = other.find(name);
+      if (it == other.end()) {
+        ADD_FAILURE() << "tensor " << name << " is missing";
+        continue;
+      }
+      EXPECT_EQ(t.numel(), it->second.numel()) << name;
+      for (int64_t i = 0; i < std::min(t.numel(), it->second.numel()); ++i)
+        worst = std::max(worst, double(std::abs(t.ptr<float>()[i] - it->second.ptr<float>()[i])));
+    }
+  }
+  return worst;
+}
+
+// The parent of `pid` (0 when unknown): field 4 of /proc/PID/stat, after the
+// command name in parentheses.
+pid_t parent_of(pid_t pid) {
+  const std::string stat = slurp(fs::path("/proc") / std::to_string(pid) / "stat");
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::stringstream ss(stat.substr(close + 1));
+  std::string state;
+  long ppid = 0;
+  ss >> state >> ppid;
+  return pid_t(ppid);
+}
+
+// The milrt processes below `root` (mpirun) whose environment says they are
+// MPI rank `rank`.
+std::vector<pid_t> ranks_below(pid_t root, int rank) {
+  std::vector<pid_t> found;
+  const std::string want = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
+    const pid_t pid = pid_t(std::stol(name));
+    bool below = false;
+    for (pid_t p = parent_of(pid), hops = 0; p > 1 && hops < 8; p = parent_of(p), ++hops)
+      if (p == root) below = true;
+    if (!below || slurp(e.path() / "comm").find("milrt") == std::string::npos) continue;
+    std::stringstream ss(slurp(e.path() / "environ"));
+    std::string var;
+    while (std::getline(ss, var, '\0'))
+      if (var == want) found.push_back(pid);
+  }
+  return found;
+}
+
+}  // namespace
+
+// ZeRO-1: the AdamW moments sharded over the ranks (reduce-scatter, update
+// the part, all-gather) compute what the unsharded optimizer computes; only
+// the order of the sums of squares behind the clipping norm differs. Against
+// one process with the same micro-batches (--accum N*A): the tolerance of the
+// unsharded tests above. train_state.bin holds the whole moments (gathered to
+// rank 0), equal to the one process's.
+TEST_F(MpiTrain, ZeroOneEqualsOneProcessWithTheSameBatchesAccum1) {
+  const std::vector<std::string> common{"--steps", "8", "--batch", "4", "--eval-every", "4"};
+  Result one = run(train(cat(common, {"--accum", "2", "--out", (dir_ / "one").string()})), "one");
+  ASSERT_EQ(one.exit_code, 0) << one.describe();
+  Result two = run(cat(mpi(2), train(cat(common, {"--accum", "1", "--zero", "1", "--out", (dir_ / "two").string()}))), "two");
+  ASSERT_EQ(two.exit_code, 0) << two.describe();
+  EXPECT_NE(two.out.find("ZeRO-1: AdamW moments sharded"), std::string::npos) << two.describe();
+  EXPECT_NE(two.out.find("final weights identical on all 2 ranks"), std::string::npos) << two.describe();
+  expect_same_losses(dir_ / "one" / "losses.csv", dir_ / "two" / "losses.csv", 1e-5);
+  EXPECT_LE(max_weight_diff(dir_ / "one" / "checkpoint.bin", dir_ / "two" / "checkpoint.bin"), 1e-5);
+  EXPECT_LE(max_state_diff(dir_ / "one" / "train_state.bin", dir_ / "two" / "train_state.bin"), 1e-6);
+}
+
+TEST_F(MpiTrain, ZeroOneEqualsOneProcessWithTheSameBatchesAccum4) {
+  const std::vector<std::string> common{"--steps", "8", "--batch", "2", "--eval-every", "4"};
+  Result one = run(train(cat(common, {"--accum", "8", "--out", (dir_ / "one").string()})), "one");
+  ASSERT_EQ(one.exit_code, 0) << one.describe();
+  Result two = run(cat(mpi(2), train(cat(common, {"--accum", "4", "--zero", "1", "--out", (dir_ / "two").string()}))), "two");
+  ASSERT_EQ(two.exit_code, 0) << two.describe();
+  expect_same_losses(dir_ / "one" / "losses.csv", dir_ / "two" / "losses.csv", 1e-5);
+  EXPECT_LE(max_weight_diff(dir_ / "one" / "checkpoint.bin", dir_ / "two" / "checkpoint.bin"), 1e-5);
+  EXPECT_LE(max_state_diff(dir_ / "one" / "train_state.bin", dir_ / "two" / "train_state.bin"), 1e-6);
+}
+
+// A run stopped under --zero 1 resumes with --zero 1 and without it (the
+// state file is whole either way), and both end where the uninterrupted
+// unsharded 2-rank run ends.
+TEST_F(MpiTrain, ZeroOneRunResumesWithOrWithoutSharding) {
+  const std::vector<std::string> common{"--steps", "40", "--batch", "4", "--eval-every", "20"};
+  Result whole = run(cat(mpi(2), train(cat(common, {"--out", (dir_ / "whole").string()}))), "whole");
+  ASSERT_EQ(whole.exit_code, 0) << whole.describe();
+
+  Proc p = spawn(cat(mpi(2), train(cat(common, {"--zero", "1", "--out", (dir_ / "cut").string()}))), dir_ / "cut");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (slurp(p.out).find("step 5/40") == std::string::npos && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  kill(p.pid, SIGUSR1);
+  Result cut = wait_for(p, 60);
+  ASSERT_EQ(cut.exit_code, 0) << cut.describe();
+  ASSERT_NE(cut.out.find("interrupted: checkpoint saved at step"), std::string::npos)
+      << "the run ended before the signal arrived: " << cut.describe();
+  fs::copy(dir_ / "cut", dir_ / "cut_plain", fs::copy_options::recursive);
+
+  Result sharded = run(cat(mpi(2), train(cat(common, {"--resume", "--zero", "1", "--out", (dir_ / "cut").string()}))), "resumed");
+  ASSERT_EQ(sharded.exit_code, 0) << sharded.describe();
+  Result plain = run(cat(mpi(2), train(cat(common, {"--resume", "--out", (dir_ / "cut_plain").string()}))), "resumed_plain");
+  ASSERT_EQ(plain.exit_code, 0) << plain.describe();
+  for (const char* d : {"cut", "cut_plain"}) {
+    SCOPED_TRACE(d);
+    expect_same_losses(dir_ / "whole" / "losses.csv", dir_ / d / "losses.csv", 1e-5);
+    EXPECT_LE(max_weight_diff(dir_ / "whole" / "checkpoint.bin", dir_ / d / "checkpoint.bin"), 1e-5);
+    EXPECT_LE(max_state_diff(dir_ / "whole" / "train_state.bin", dir_ / d / "train_state.bin"), 1e-6);
+  }
+}
+
+// One process has nothing to shard: --zero 1 says so and changes nothing.
+TEST_F(MpiTrain, ZeroOneInOneProcessIsANoOp) {
+  const std::vector<std::string> common{"--steps", "4", "--batch", "4", "--eval-every", "2"};
+  Result plain = run(train(cat(common, {"--out", (dir_ / "plain").string()})), "plain");
+  ASSERT_EQ(plain.exit_code, 0) << plain.describe();
+  Result zero = run(train(cat(common, {"--zero", "1", "--out", (dir_ / "zero").string()})), "zero");
+  ASSERT_EQ(zero.exit_code, 0) << zero.describe();
+  EXPECT_NE(zero.out.find("--zero 1: one process, nothing to shard"), std::string::npos) << zero.describe();
+  expect_same_losses(dir_ / "plain" / "losses.csv", dir_ / "zero" / "losses.csv", 0);
+  EXPECT_EQ(slurp(dir_ / "plain" / "checkpoint.bin"), slurp(dir_ / "zero" / "checkpoint.bin"));
+  EXPECT_EQ(slurp(dir_ / "plain" / "train_state.bin"), slurp(dir_ / "zero" / "train_state.bin"));
+}
+
+// A rank that throws in the middle of training (injected: MILRT_TEST_FAIL_RANK)
+// while the other waits in the step's collectives: the job ends promptly with
+// the failing rank's one-line message, and rank 0's run directory holds the
+// last periodic save, whole (checkpoint, state and record of step 2).
+TEST_F(MpiTrain, ARankThatThrowsMidRunEndsTheJob) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::string> args = mpi(2);
+  args.insert(args.begin() + 1, {"-x", "MILRT_TEST_FAIL_RANK=1", "-x", "MILRT_TEST_FAIL_STEP=3"});
+  Result r = run(cat(args, train({"--steps", "50", "--batch", "4", "--save-every", "2", "--zero", "1", "--out",
+                                  (dir_ / "run").string()})),
+                 "fail", 60);
+  EXPECT_FALSE(r.timed_out) << r.describe();
+  EXPECT_NE(r.exit_code, 0) << r.describe();
+  EXPECT_NE(r.err.find("error: rank 1 of 2: train: failure injected at step 3"), std::string::npos) << r.describe();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 45.0);
+  ASSERT_TRUE(fs::exists(dir_ / "run" / "checkpoint.bin")) << r.describe();
+  EXPECT_NO_THROW(llm::load_llama2c_checkpoint((dir_ / "run" / "checkpoint.bin").string()));
+  EXPECT_EQ(llm::load_train_state((dir_ / "run" / "train_state.bin").string()).step, 2);
+  EXPECT_NE(slurp(dir_ / "run" / "run.json").find("\"optimizer_steps\": 2"), std::string::npos);
+}
+
+// A rank killed outright (SIGKILL: no message, no MPI_Abort) mid-run: mpirun
+// notices the rank died without MPI_Finalize and ends the job; the test's
+// timeout turns a hang into a failure instead of a blocked CI.
+TEST_F(MpiTrain, ARankKilledBySigkillEndsTheJob) {
+  Proc p = spawn(cat(mpi(2), train({"--steps", "400", "--batch", "4", "--save-every", "2", "--out", (dir_ / "run").string()})),
+                 dir_ / "killed");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (slurp(p.out).find("step 3/400") == std::string::npos && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::vector<pid_t> victims = ranks_below(p.pid, 1);
+  ASSERT_EQ(victims.size(), 1u) << "rank 1's process not found";
+  const auto t0 = std::chrono::steady_clock::now();
+  kill(victims[0], SIGKILL);
+  Result r = wait_for(p, 60);
+  EXPECT_FALSE(r.timed_out) << r.describe();
+  EXPECT_NE(r.exit_code, 0) << r.describe();
+  EXPECT_EQ(r.out.find("step 400/400"), std::string::npos) << r.describe();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 45.0);
+  // Whatever rank 0 saved last is whole (files are replaced atomically).
+  if (fs::exists(dir_ / "run" / "checkpoint.bin"))
+    EXPECT_NO_THROW(llm::load_llama2c_checkpoint((dir_ / "run" / "checkpoint.bin").string()));
+  if (fs::exists(dir_ / "run" / "train_state.bin"))
+    EXPECT_NO_THROW(llm::load_train_state((dir_ / "run" / "train_state.bin").string()));
+}
+
+// run.json's world_size (no MPI needed): written, read back, 1 for a record
+// without it, and a different world size refused by check_same_run in one line.
+TEST(RunRecordWorldSize, RoundTripAndRefusal) {
+  const fs::path dir = fs::temp_directory_path() / ("milrt_runrecord_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  llm::RunRecord r;
+  r.config = "tiny", r.precision = "fp32", r.batch = 4, r.seq = 32, r.accum = 2, r.world_size = 4;
+  llm::save_run_record(dir.string(), r);
+  EXPECT_NE(slurp(dir / "run.json").find("\"world_size\": 4"), std::string::npos);
+  std::optional<llm::RunRecord> back = llm::load_run_record(dir.string());
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->world_size, 4);
+  llm::RunRecord want = r;
+  EXPECT_NO_THROW(llm::check_same_run(*back, want, "DIR"));
+  want.world_size = 2;
+  try {
+    llm::check_same_run(*back, want, "DIR");
+    ADD_FAILURE() << "a different world size was accepted";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("DIR was trained by 4 processes (mpirun -np 4), not 2"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
+  // A record from before the field: one process.
+  std::string text = slurp(dir / "run.json");
+  const size_t at = text.find("  \"world_size\": 4\n");
+  ASSERT_NE(at, std::string::npos) << text;
+  text.erase(at, std::string("  \"world_size\": 4\n").size());
+  const size_t comma = text.rfind(',', at);
+  if (comma != std::string::npos && text.find_first_not_of(" \n", comma + 1) == at) text.erase(comma, 1);
+  std::ofstream(dir / "run.json") << text;
+  back = llm::load_run_record(dir.string());
+  ASSERT_TRUE(back.has_value()) << text;
+  EXPECT_EQ(back->world_size, 1);
+  fs::remove_all(dir);
+}
+
+// Fewer validation batches than ranks: rank 1 evaluates none of its own, and
+// must still join every collective (it once waited alone in an extra
+// evaluation's all-reduce while rank 0 finished: a hang).
+TEST_F(MpiTrain, FewerValidationBatchesThanRanksDoesNotHang) {
+  Result r = run(cat(mpi(2), train({"--steps", "3", "--batch", "2", "--eval-every", "0", "--eval-batches", "1", "--out",
+                                    (dir_ / "run").string()})),
+                 "run", 60);
+  EXPECT_FALSE(r.timed_out) << r.describe();
+  EXPECT_EQ(r.exit_code, 0) << r.describe();
+}
+
+// `milrt bench train` under mpirun: data parallel, global figures from rank 0.
+TEST_F(MpiTrain, BenchTrainUnderMpirunPrintsGlobalTokensAndCommunication) {
+  for (const char* zero : {"0", "1"}) {
+    Result r = run(cat(mpi(2), {MILRT_CLI, "bench", "train", "--config", "tiny", "--steps", "2", "--accum", "1", "--threads",
+                                "1", "--zero", zero, "--json"}),
+                   std::string("bench") + zero, 60);
+    EXPECT_FALSE(r.timed_out) << r.describe();
+    ASSERT_EQ(r.exit_code, 0) << r.describe();
+    EXPECT_NE(r.out.find("global: 2 ranks x 1 thread"), std::string::npos) << r.describe();
+    EXPECT_NE(r.out.find("\"ranks\": 2"), std::string::npos) << r.describe();
+    EXPECT_NE(r.out.find("final weights identical on all 2 ranks"), std::string::npos) << r.describe();
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '{'), 1) << "one rank prints: " << r.describe();
+  }
 }

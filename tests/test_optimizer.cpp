@@ -372,3 +372,121 @@ TEST(AdamWOpt, BadInputsThrowAndLeaveParamsUnchanged) {
   st.v["b"] = Tensor(DType::FP32, {4});
   EXPECT_THROW(opt.restore(st), Error);
 }
+
+// ZeRO-1's optimizer: the weights laid out flat and split over 3 "ranks"
+// (simulated in one process), each ShardedAdamW updating its part with the
+// global norm from the parts' sums of squares. Against the fp64 reference
+// (the same tolerance as above) and the unsharded AdamW (the same kernel on
+// the same elements: equal to the rounding of the clipping norm). The
+// moments gathered in rank order make the unsharded optimizer's state, and a
+// state restored into 2 ranks continues as AdamW does.
+TEST(ShardedAdamWOpt, PartsTogetherEqualTheUnshardedOptimizer) {
+  std::mt19937 rng(23);
+  const std::vector<std::pair<std::string, Shape>> order{
+      {"tok", {37, 53}}, {"gain", {53}}, {"cube", {3, 4, 5}}, {"big", {300, 700}}, {"last", {7}}};
+  TensorMap params;
+  for (const auto& [name, shape] : order)
+    params.emplace(name, shape.size() == 1 ? random_tensor(shape, rng, 0.1, 1.0) : random_tensor(shape, rng, 0.5));
+  AdamWConfig c;
+  c.lr = 2e-2, c.weight_decay = 0.3, c.grad_clip = 50.0, c.warmup = 2, c.total_steps = 7, c.min_lr_ratio = 0.2;
+
+  const int world = 3;
+  FlatLayout layout = FlatLayout::make(order, world);
+  ASSERT_EQ(layout.entries.size(), order.size());
+  EXPECT_EQ(layout.shard % 16, 0);
+  EXPECT_GE(layout.size(), layout.used);
+  EXPECT_LT(layout.size() - layout.used, int64_t(world) * 16 + 16 * world);
+  int64_t expect_used = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    EXPECT_EQ(layout.entries[i].offset % 16, 0) << order[i].first;
+    EXPECT_GE(layout.entries[i].offset, expect_used);
+    EXPECT_LT(layout.entries[i].offset, expect_used + 16);
+    expect_used = layout.entries[i].offset + shape_numel(order[i].second);
+  }
+  EXPECT_EQ(layout.used, expect_used);
+
+  RefAdamW ref(c, params);
+  TensorMap plain_params = clone_all(params);
+  AdamW plain(c, plain_params);
+  std::vector<float> w(size_t(layout.size()), 0.0f), g(size_t(layout.size()), 0.0f);
+  for (const auto& e : layout.entries) std::memcpy(w.data() + e.offset, params.at(e.name).ptr<float>(), size_t(e.numel) * 4);
+  std::vector<ShardedAdamW> parts;
+  for (int r = 0; r < world; ++r) parts.emplace_back(c, layout, r);
+  int clipped = 0;
+  for (int s = 0; s < 8; ++s) {
+    const double scale = s % 2 ? 1.0 : 0.01;
+    TensorMap grads;
+    for (const auto& [name, shape] : order) grads.emplace(name, random_tensor(shape, rng, scale));
+    for (const auto& e : layout.entries) std::memcpy(g.data() + e.offset, grads.at(e.name).ptr<float>(), size_t(e.numel) * 4);
+    double sq = 0;
+    for (int r = 0; r < world; ++r) sq += parts[size_t(r)].sum_squares(g.data() + r * layout.shard);
+    const double norm = std::sqrt(sq);
+    for (int r = 0; r < world; ++r)
+      parts[size_t(r)].step(w.data() + r * layout.shard, g.data() + r * layout.shard, norm);
+    const double want = ref.step(grads);
+    const double got = plain.step(plain_params, grads);
+    EXPECT_NEAR(norm, want, 1e-5 * want) << "step " << s;
+    EXPECT_NEAR(norm, got, 1e-9 * got) << "step " << s;
+    clipped += want > c.grad_clip;
+    for (const auto& e : layout.entries) {
+      double worst_ref = 0, worst_plain = 0;
+      for (int64_t i = 0; i < e.numel; ++i) {
+        const double x = w[size_t(e.offset + i)];
+        worst_ref = std::max(worst_ref, std::abs(x - ref.p.at(e.name)[size_t(i)]));
+        worst_plain = std::max(worst_plain, std::abs(x - double(plain_params.at(e.name).ptr<float>()[i])));
+      }
+      EXPECT_LT(worst_ref, 2e-5) << e.name << " step " << s;
+      EXPECT_LT(worst_plain, 1e-6) << e.name << " step " << s;
+    }
+  }
+  EXPECT_EQ(clipped, 4);
+
+  // The gathered moments are AdamW's state.
+  std::vector<float> all_m, all_v;
+  for (int r = 0; r < world; ++r) {
+    all_m.insert(all_m.end(), parts[size_t(r)].m().begin(), parts[size_t(r)].m().end());
+    all_v.insert(all_v.end(), parts[size_t(r)].v().begin(), parts[size_t(r)].v().end());
+  }
+  TrainState st;
+  st.step = parts[0].steps_taken();
+  st.m = ShardedAdamW::unflatten(layout, all_m.data());
+  st.v = ShardedAdamW::unflatten(layout, all_v.data());
+  TrainState want = plain.state();
+  EXPECT_EQ(st.step, want.step);
+  for (const auto& [name, shape] : order) {
+    auto max_diff = [](const Tensor& a, const Tensor& b) {
+      double worst = 0;
+      EXPECT_EQ(a.shape(), b.shape());
+      for (int64_t i = 0; i < std::min(a.numel(), b.numel()); ++i)
+        worst = std::max(worst, std::abs(double(a.ptr<float>()[i]) - double(b.ptr<float>()[i])));
+      return worst;
+    };
+    EXPECT_LT(max_diff(st.m.at(name), want.m.at(name)), 1e-6) << name;
+    EXPECT_LT(max_diff(st.v.at(name), want.v.at(name)), 1e-6) << name;
+  }
+
+  // Restored into 2 ranks (another layout), one more step equals AdamW's.
+  FlatLayout two = FlatLayout::make(order, 2);
+  std::vector<float> w2(size_t(two.size()), 0.0f), g2(size_t(two.size()), 0.0f);
+  for (const auto& e : two.entries) std::memcpy(w2.data() + e.offset, plain_params.at(e.name).ptr<float>(), size_t(e.numel) * 4);
+  std::vector<ShardedAdamW> halves;
+  for (int r = 0; r < 2; ++r) halves.emplace_back(c, two, r), halves.back().restore(want);
+  TensorMap grads;
+  for (const auto& [name, shape] : order) grads.emplace(name, random_tensor(shape, rng, 1.0));
+  for (const auto& e : two.entries) std::memcpy(g2.data() + e.offset, grads.at(e.name).ptr<float>(), size_t(e.numel) * 4);
+  double sq = 0;
+  for (int r = 0; r < 2; ++r) sq += halves[size_t(r)].sum_squares(g2.data() + r * two.shard);
+  for (int r = 0; r < 2; ++r) halves[size_t(r)].step(w2.data() + r * two.shard, g2.data() + r * two.shard, std::sqrt(sq));
+  plain.step(plain_params, grads);
+  for (const auto& e : two.entries)
+    for (int64_t i = 0; i < e.numel; ++i)
+      ASSERT_NEAR(w2[size_t(e.offset + i)], plain_params.at(e.name).ptr<float>()[i], 1e-6) << e.name << " " << i;
+
+  // A state of other tensors is refused; a non-finite norm changes nothing.
+  TrainState wrong = want;
+  wrong.m.erase("gain");
+  EXPECT_NE(error_of([&] { halves[0].restore(wrong); }).find("gain"), std::string::npos);
+  const std::vector<float> before = w2;
+  EXPECT_THROW(halves[0].step(w2.data(), g2.data(), NAN), Error);
+  EXPECT_EQ(w2, before);
+}

@@ -28,6 +28,17 @@ inline bool distributed() { return world_size() > 1; }
 // data[i] = mean over ranks of data[i], in buckets of at most bucket_bytes
 // (in place; the same result on every rank).
 void allreduce_mean(float* data, size_t n, size_t bucket_bytes = size_t(4) << 20);
+// ZeRO-1's collectives, over one flat array of world_size() * shard floats
+// on every rank (rank r's part: [r*shard, (r+1)*shard)).
+// Reduce-scatter (MPI_Reduce_scatter with equal counts, in place): on return
+// data[0, shard) holds the sum over ranks of part `rank()` (the rest of
+// `data` is left undefined). One rank: nothing to do.
+void reduce_scatter_sum(float* data, size_t shard);
+// All-gather (MPI_Allgather, in place): every rank's part r becomes rank r's.
+void allgather(float* data, size_t shard);
+// Gathers every rank's `shard` floats into root's `out` (world_size() *
+// shard floats, rank order; ignored on the other ranks).
+void gather(const float* shard_data, size_t shard, float* out, int root = 0);
 // data[i] = sum over ranks (doubles: losses, counters).
 void allreduce_sum(double* data, size_t n);
 // data[i] = max over ranks.

@@ -1,5 +1,6 @@
 #include "llm/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -33,6 +34,29 @@ double learning_rate(const AdamWConfig& c, int64_t step) {
   return min_lr + 0.5 * (1.0 + std::cos(M_PI * ratio)) * (c.lr - min_lr);
 }
 
+namespace {
+// The update's constants for optimizer step `step` (0-based) at gradient norm
+// `norm`, shared by AdamW and ShardedAdamW so they compute the same numbers.
+kernels::AdamWStep step_constants(const AdamWConfig& c, int64_t step, double norm, double* lr_out) {
+  if (!std::isfinite(norm))
+    throw Error(fmt::format("AdamW: gradient norm is {} at step {}; parameters left unchanged", norm, step));
+  // PyTorch's clip_grad_norm_: the 1e-6 keeps the factor finite and just below 1 at the bound.
+  double scale = c.grad_clip > 0 && norm > c.grad_clip ? c.grad_clip / (norm + 1e-6) : 1.0;
+  double lr = learning_rate(c, step);
+  double t = double(step + 1);
+  double bc1 = 1.0 - std::pow(c.beta1, t), bc2 = 1.0 - std::pow(c.beta2, t);
+  kernels::AdamWStep s;
+  s.beta1 = float(c.beta1);
+  s.beta2 = float(c.beta2);
+  s.eps = float(c.eps);
+  s.grad_scale = float(scale);
+  s.step_size = float(lr / bc1);
+  s.inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
+  *lr_out = lr;
+  return s;
+}
+}  // namespace
+
 AdamW::AdamW(const AdamWConfig& cfg, const TensorMap& params) : cfg_(cfg) {
   cfg_.validate();
   for (const auto& [name, p] : params) {
@@ -64,20 +88,8 @@ double AdamW::step(TensorMap& params, const TensorMap& grads) {
   double sq = 0;
   for (const auto& [name, g] : grads) sq += kernels::sum_squares_f32(g.ptr<float>(), g.numel());
   double norm = std::sqrt(sq);
-  if (!std::isfinite(norm))
-    throw Error(fmt::format("AdamW: gradient norm is {} at step {}; parameters left unchanged", norm, step_));
-  // PyTorch's clip_grad_norm_: the 1e-6 keeps the factor finite and just below 1 at the bound.
-  double scale = cfg_.grad_clip > 0 && norm > cfg_.grad_clip ? cfg_.grad_clip / (norm + 1e-6) : 1.0;
-  double lr = learning_rate(cfg_, step_);
-  double t = double(step_ + 1);
-  double bc1 = 1.0 - std::pow(cfg_.beta1, t), bc2 = 1.0 - std::pow(cfg_.beta2, t);
-  kernels::AdamWStep s;
-  s.beta1 = float(cfg_.beta1);
-  s.beta2 = float(cfg_.beta2);
-  s.eps = float(cfg_.eps);
-  s.grad_scale = float(scale);
-  s.step_size = float(lr / bc1);
-  s.inv_sqrt_bc2 = float(1.0 / std::sqrt(bc2));
+  double lr = 0;
+  kernels::AdamWStep s = step_constants(cfg_, step_, norm, &lr);
   for (auto& [name, p] : params) {
     // Weight decay on matrices (embeddings, projections), not on gains, as train.py.
     s.decay = p.rank() >= 2 ? float(1.0 - lr * cfg_.weight_decay) : 1.0f;
@@ -103,6 +115,92 @@ void AdamW::restore(const TrainState& s) {
   for (auto& [name, m] : m_) m = s.m.at(name).clone();
   for (auto& [name, v] : v_) v = s.v.at(name).clone();
   step_ = s.step;
+}
+
+FlatLayout FlatLayout::make(const std::vector<std::pair<std::string, Shape>>& tensors, int world) {
+  if (world < 1) throw Error("flat layout: world size must be >= 1");
+  constexpr int64_t kAlign = 16;  // floats: 64 bytes
+  auto round_up = [](int64_t x, int64_t a) { return (x + a - 1) / a * a; };
+  FlatLayout l;
+  l.world = world;
+  int64_t off = 0;
+  for (const auto& [name, shape] : tensors) {
+    off = round_up(off, kAlign);
+    Entry e{name, shape, off, shape_numel(shape)};
+    off += e.numel;
+    l.entries.push_back(std::move(e));
+  }
+  l.used = off;
+  l.shard = std::max<int64_t>(kAlign, round_up((off + world - 1) / world, kAlign));
+  return l;
+}
+
+ShardedAdamW::ShardedAdamW(const AdamWConfig& cfg, const FlatLayout& layout, int rank)
+    : cfg_(cfg), layout_(layout), rank_(rank) {
+  cfg_.validate();
+  if (rank < 0 || rank >= layout.world) throw Error(fmt::format("sharded AdamW: rank {} of {}", rank, layout.world));
+  const int64_t lo = int64_t(rank) * layout.shard, hi = lo + layout.shard;
+  for (const FlatLayout::Entry& e : layout.entries) {
+    const int64_t b = std::max(lo, e.offset), end = std::min(hi, e.offset + e.numel);
+    // Weight decay on matrices (embeddings, projections), not on gains, as AdamW.
+    if (b < end) segments_.push_back({b - lo, end - b, e.shape.size() >= 2});
+  }
+  m_.assign(size_t(layout.shard), 0.0f);
+  v_.assign(size_t(layout.shard), 0.0f);
+}
+
+double ShardedAdamW::sum_squares(const float* g) const {
+  double sq = 0;
+  for (const Segment& s : segments_) sq += kernels::sum_squares_f32(g + s.begin, s.count);
+  return sq;
+}
+
+void ShardedAdamW::step(float* w, const float* g, double norm) {
+  double lr = 0;
+  kernels::AdamWStep s = step_constants(cfg_, step_, norm, &lr);
+  for (const Segment& seg : segments_) {
+    s.decay = seg.decay ? float(1.0 - lr * cfg_.weight_decay) : 1.0f;
+    kernels::adamw_update_f32(w + seg.begin, g + seg.begin, m_.data() + seg.begin, v_.data() + seg.begin, seg.count, s);
+  }
+  ++step_;
+}
+
+void ShardedAdamW::restore(const TrainState& s) {
+  if (s.step < 0) throw Error(fmt::format("AdamW: cannot restore step {}", s.step));
+  for (const TensorMap* t : {&s.m, &s.v}) {
+    const char* what = t == &s.m ? "restored m" : "restored v";
+    for (const FlatLayout::Entry& e : layout_.entries) {
+      auto it = t->find(e.name);
+      if (it == t->end()) throw Error(fmt::format("AdamW: {} lack '{}'", what, e.name));
+      if (it->second.dtype() != DType::FP32 || it->second.shape() != e.shape)
+        throw Error(fmt::format("AdamW: {} '{}' is {} {}, expected fp32 {}", what, e.name,
+                                dtype_name(it->second.dtype()), shape_str(it->second.shape()), shape_str(e.shape)));
+    }
+    if (t->size() != layout_.entries.size())
+      throw Error(fmt::format("AdamW: {} has {} tensors, expected {}", what, t->size(), layout_.entries.size()));
+  }
+  const int64_t lo = int64_t(rank_) * layout_.shard, hi = lo + layout_.shard;
+  std::fill(m_.begin(), m_.end(), 0.0f);
+  std::fill(v_.begin(), v_.end(), 0.0f);
+  for (const FlatLayout::Entry& e : layout_.entries) {
+    const int64_t b = std::max(lo, e.offset), end = std::min(hi, e.offset + e.numel);
+    if (b >= end) continue;
+    const float* sm = s.m.at(e.name).ptr<float>() + (b - e.offset);
+    const float* sv = s.v.at(e.name).ptr<float>() + (b - e.offset);
+    std::copy(sm, sm + (end - b), m_.begin() + (b - lo));
+    std::copy(sv, sv + (end - b), v_.begin() + (b - lo));
+  }
+  step_ = s.step;
+}
+
+TensorMap ShardedAdamW::unflatten(const FlatLayout& layout, const float* all) {
+  TensorMap t;
+  for (const FlatLayout::Entry& e : layout.entries) {
+    Tensor x(DType::FP32, e.shape);
+    std::copy(all + e.offset, all + e.offset + e.numel, x.mutable_ptr<float>());
+    t.emplace(e.name, std::move(x));
+  }
+  return t;
 }
 
 }  // namespace milrt::llm

@@ -25,6 +25,8 @@ std::optional<RunRecord> load_run_record(const std::string& dir) {
     r.batch = j.at("batch").get<int64_t>();
     r.seq = j.at("seq").get<int64_t>();
     r.accum = j.at("accum").get<int64_t>();
+    r.world_size = j.contains("world_size") ? j.at("world_size").get<int64_t>() : 1;
+    if (r.world_size < 1) throw Error(fmt::format("{}: world_size {} is not a number of processes", path, r.world_size));
     const nlohmann::json& c = j.at("counters");
     r.micro_steps = c.at("micro_steps").get<int64_t>();
     r.optimizer_steps = c.at("optimizer_steps").get<int64_t>();
@@ -43,6 +45,7 @@ void save_run_record(const std::string& dir, const RunRecord& r) {
                       {"batch", r.batch},
                       {"seq", r.seq},
                       {"accum", r.accum},
+                      {"world_size", r.world_size},
                       {"counters",
                        {{"micro_steps", r.micro_steps},
                         {"optimizer_steps", r.optimizer_steps},
@@ -65,6 +68,10 @@ void check_same_run(const RunRecord& have, const RunRecord& want, const std::str
   differs("--batch", std::to_string(have.batch), std::to_string(want.batch));
   differs("--seq", std::to_string(have.seq), std::to_string(want.seq));
   differs("--accum", std::to_string(have.accum), std::to_string(want.accum));
+  if (have.world_size != want.world_size)
+    throw Error(fmt::format("train: {} was trained by {} process{} (mpirun -np {}), not {}: resume it with the same "
+                            "number of ranks (its data position and batch split depend on it)",
+                            dir, have.world_size, have.world_size == 1 ? "" : "es", have.world_size, want.world_size));
 }
 
 }  // namespace milrt::llm

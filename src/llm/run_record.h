@@ -16,6 +16,10 @@ struct RunRecord {
   std::string config;                // "default", "stories15m", "seed-layer", ...
   std::string precision;             // fp32 | bf16 | fp16
   int64_t batch = 0, seq = 0, accum = 0;
+  // Data-parallel ranks (mpirun -np) the run was made with; 1 for one
+  // process and for a record without the field. A resumed run must have as
+  // many: the data position and the batch split depend on it.
+  int64_t world_size = 1;
   // Totals over every process that trained this run (added to at each save).
   int64_t micro_steps = 0, optimizer_steps = 0;
   double wall_ms = 0, compile_ms = 0, train_ms = 0;

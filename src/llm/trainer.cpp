@@ -6,8 +6,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <fmt/format.h>
 
 #include "kernels/generic/adamw.h"
@@ -124,6 +128,28 @@ uint64_t weights_checksum(const TensorMap& weights, const std::vector<WeightSpec
   return h;
 }
 
+// One flat fp32 array (ZeRO-1's weights and gradients), 64-byte aligned and
+// zero-filled; the tensors are views into it.
+class FlatBuffer final : public Buffer {
+ public:
+  explicit FlatBuffer(size_t floats) : bytes_((std::max<size_t>(1, floats) * sizeof(float) + 63) / 64 * 64) {
+    p_ = static_cast<uint8_t*>(std::aligned_alloc(64, bytes_));
+    if (!p_) throw Error(fmt::format("train: cannot allocate {} MB for the flat weights or gradients", bytes_ >> 20));
+    std::memset(p_, 0, bytes_);
+  }
+  ~FlatBuffer() override { std::free(p_); }
+  FlatBuffer(const FlatBuffer&) = delete;
+  FlatBuffer& operator=(const FlatBuffer&) = delete;
+  const uint8_t* data() const override { return p_; }
+  uint8_t* mutable_data() override { return p_; }
+  size_t size() const override { return bytes_; }
+  float* floats() { return reinterpret_cast<float*>(p_); }
+
+ private:
+  size_t bytes_;
+  uint8_t* p_ = nullptr;
+};
+
 bool all_finite(const TensorMap& grads) {
   for (const auto& [name, g] : grads) {
     const float* p = g.ptr<float>();
@@ -174,12 +200,34 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
   const auto run_start = Clock::now();
   if (opt.steps < 0 || opt.accum < 1) throw Error("train: --steps must be >= 0 and --accum >= 1");
   check_weights(task, weights);
-  own_weights(weights);
   // Data parallelism (1 rank unless launched by mpirun): every replica starts
   // from rank 0's weights.
   const int world = dist::world_size(), rank = dist::rank();
   const bool quiet = opt.quiet || rank != 0;
   const bool writer = rank == 0 && !opt.out_dir.empty();
+  if (opt.zero < 0 || opt.zero > 1) throw Error(fmt::format("train: --zero {} (0: off, 1: shard the optimizer state)", opt.zero));
+  // ZeRO-1: the weights and gradients live in flat arrays (the tensors are
+  // views), so that each rank's part is one contiguous range for the
+  // reduce-scatter and the all-gather. One process: nothing to shard.
+  const bool zero = opt.zero == 1 && world > 1;
+  FlatLayout layout;
+  std::shared_ptr<FlatBuffer> flat_w, flat_g;
+  if (zero) {
+    std::vector<std::pair<std::string, Shape>> order;
+    for (const WeightSpec& w : task.weights) order.push_back({w.name, w.shape});
+    layout = FlatLayout::make(order, world);
+    flat_w = std::make_shared<FlatBuffer>(size_t(layout.size()));
+    flat_g = std::make_shared<FlatBuffer>(size_t(layout.size()));
+    for (const FlatLayout::Entry& e : layout.entries) {
+      Tensor view(DType::FP32, e.shape, flat_w, size_t(e.offset) * sizeof(float));
+      const Tensor& t = weights.at(e.name);
+      std::copy(t.ptr<float>(), t.ptr<float>() + e.numel, view.mutable_ptr<float>());
+      weights[e.name] = view;  // instead of own_weights' copy: no second copy of the weights
+    }
+  } else {
+    own_weights(weights);
+  }
+
   if (world > 1)
     for (const WeightSpec& w : task.weights) {
       Tensor& t = weights.at(w.name);
@@ -187,7 +235,6 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
     }
   const Function* fwd = task.program.function("main");
   if (!fwd) throw Error("train: the task's program has no function main");
-
   // Derived once: loss and every weight's gradient in one function.
   GradOptions go;
   go.loss = "loss";
@@ -218,8 +265,10 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
   TensorMap others = world > 1 ? make_data_inputs(*fwd, task.weights) : TensorMap{};
   std::vector<float> bucket;
   TensorMap grads, micro;  // micro: one micro-step's gradients when accumulating
-  for (const WeightSpec& w : task.weights) {
-    grads[w.name] = Tensor(DType::FP32, w.shape);
+  for (size_t i = 0; i < task.weights.size(); ++i) {
+    const WeightSpec& w = task.weights[i];
+    grads[w.name] = zero ? Tensor(DType::FP32, w.shape, flat_g, size_t(layout.entries[i].offset) * sizeof(float))
+                         : Tensor(DType::FP32, w.shape);
     if (opt.accum > 1) micro[w.name] = Tensor(DType::FP32, w.shape);
   }
   float loss = 0, eval_loss = 0;
@@ -240,8 +289,19 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
   }
   float* scale_input = scaling ? data.at("loss_scale").mutable_ptr<float>() : nullptr;
 
-  AdamW adamw(opt.adamw, weights);
+  // The optimizer: AdamW over all the weights, or (ZeRO-1) over this rank's part.
+  std::optional<AdamW> adamw;
+  std::optional<ShardedAdamW> sharded;
+  if (zero) sharded.emplace(opt.adamw, layout, rank);
+  else adamw.emplace(opt.adamw, weights);
+  auto adamw_steps = [&] { return zero ? sharded->steps_taken() : adamw->steps_taken(); };
   TrainLog log;
+  log.zero = zero ? 1 : 0;
+  if (zero) {
+    log.optimizer_state_bytes = 2 * layout.shard * int64_t(sizeof(float));
+  } else {
+    for (const WeightSpec& w : task.weights) log.optimizer_state_bytes += 2 * shape_numel(w.shape) * int64_t(sizeof(float));
+  }
   // TrainOptions::trace: the trainer's phases beside the plans' steps.
   auto span = [&](const char* name, Clock::time_point t0) {
     if (!opt.trace) return;
@@ -266,14 +326,19 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
       st.extra = ls.unwrap(st.extra);
       st.step = ls.adamw_steps;
     }
-    adamw.restore(st);
+    // The state file holds the whole moments whether or not the run that
+    // saved it sharded them: a ZeRO-1 rank takes its part.
+    if (zero) sharded->restore(st);
+    else adamw->restore(st);
     if (task.restore_data_state) task.restore_data_state(st.extra);
     log.first_step = loop_step;
     log.rows = read_loss_csv(csv_path, loop_step);
   }
   if (writer) fs::create_directories(opt.out_dir);
 
+  bool evaluated = false;  // on every rank alike (t_fwd stays empty on a rank with no validation batch of its own)
   auto evaluate = [&](std::vector<double>* fwd_ms) {
+    evaluated = true;
     double sum = 0;
     if (scale_input) *scale_input = 1.0f;  // no backward pass: nothing to protect from underflow
     if (task.begin_validation) task.begin_validation();
@@ -293,13 +358,33 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
     return sum / double(std::max<int64_t>(1, opt.eval_batches));
   };
   auto save = [&](int64_t step) {
+    if (opt.out_dir.empty()) return;
+    TrainState st;
+    if (zero) {
+      // Every rank sends its part of the moments; rank 0 saves the whole
+      // state, the same file an unsharded run writes.
+      std::vector<float> all(writer ? size_t(layout.size()) : 0);
+      dist::gather(sharded->m().data(), size_t(layout.shard), all.data());
+      if (writer) st.m = ShardedAdamW::unflatten(layout, all.data());
+      dist::gather(sharded->v().data(), size_t(layout.shard), all.data());
+      if (writer) st.v = ShardedAdamW::unflatten(layout, all.data());
+    }
+    // The other ranks wait for rank 0's files, so that a rank failing in
+    // the next step cannot end the job between checkpoint.bin and
+    // train_state.bin (which would leave them from different steps).
+    struct AfterSave {
+      int world;
+      ~AfterSave() noexcept(false) {
+        if (world > 1 && std::uncaught_exceptions() == 0) dist::barrier();
+      }
+    } after_save{world};
     if (!writer) return;  // rank 0 alone writes the run directory
     if (task.save_weights) task.save_weights(ckpt, weights);
-    TrainState st = adamw.state();
+    if (!zero) st = adamw->state();
     st.step = step;
     if (task.save_data_state) st.extra = task.save_data_state();
     if (scaling) {
-      ls.adamw_steps = adamw.steps_taken();
+      ls.adamw_steps = adamw_steps();
       st.extra = ls.wrap(st.extra);
     }
     save_train_state(state_path, st);
@@ -315,7 +400,17 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
   int64_t step = log.first_step;
   int64_t profile_from = step;  // the first profiled step, and where its phase times start
   size_t profile_data = 0, profile_opt = 0, profile_acc = 0;
+  // Tests of failure handling (tests/test_mpi_train.cpp): rank
+  // MILRT_TEST_FAIL_RANK throws at the start of optimizer step
+  // MILRT_TEST_FAIL_STEP (1-based, default 3), while the others wait in the
+  // step's collectives.
+  const char* fail_rank_env = std::getenv("MILRT_TEST_FAIL_RANK");
+  const char* fail_step_env = std::getenv("MILRT_TEST_FAIL_STEP");
+  const int fail_rank = fail_rank_env && *fail_rank_env ? std::atoi(fail_rank_env) : -1;
+  const int64_t fail_step = fail_step_env && *fail_step_env ? std::atoll(fail_step_env) : 3;
   for (; step < opt.steps; ++step) {
+    if (fail_rank == rank && step + 1 == fail_step)
+      throw Error(fmt::format("train: failure injected at step {} (MILRT_TEST_FAIL_RANK={})", step + 1, fail_rank));
     auto step_t0 = Clock::now();
     double loss_sum = 0;
     const double scale = ls.scale;
@@ -346,6 +441,8 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
     // Data-parallel: the global mean of the gradients and of the loss, and
     // whether any rank was asked to stop (so all stop after the same step).
     bool stop_all = false;
+    double sq_global = 0;  // ZeRO-1: the squared global gradient norm
+    double gather_ms = 0;  // ZeRO-1: the weights' all-gather after the update
     if (world > 1) {
       const auto w0 = Clock::now();
       dist::barrier();  // separates waiting for the slowest rank from moving the gradients
@@ -353,18 +450,30 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
       log.wait_ms += t_wait.back();
       span("wait", w0);
       const auto c0 = Clock::now();
-      log.allreduce_buckets = allreduce_gradients(grads, task.weights, bucket);
-      double red[2] = {loss_sum, opt.stop && opt.stop->load() ? 1.0 : 0.0};
-      dist::allreduce_sum(red, 2);
+      double red[3] = {loss_sum, opt.stop && opt.stop->load() ? 1.0 : 0.0, 0.0};
+      if (zero) {
+        // This rank's part of the summed gradients lands in g[0, shard).
+        float* g = flat_g->floats();
+        dist::reduce_scatter_sum(g, size_t(layout.shard));
+        kernels::scale_f32(g, 1.0f / float(world), layout.shard);
+        red[2] = sharded->sum_squares(g);
+        log.allreduce_buckets = 1;
+      } else {
+        log.allreduce_buckets = allreduce_gradients(grads, task.weights, bucket);
+      }
+      dist::allreduce_sum(red, 3);
       loss_sum = red[0] / double(world);
       stop_all = red[1] > 0;
+      sq_global = red[2];
       t_comm.push_back(ms_since(c0));
       log.allreduce_ms += t_comm.back();
       span("allreduce", c0);
       t0 = Clock::now();
     }
     const double lr = learning_rate(opt.adamw, step);
-    const bool skipped = scaling && !all_finite(grads);
+    // ZeRO-1: a non-finite gradient anywhere makes the global sum of squares
+    // non-finite on every rank, so all ranks skip together.
+    const bool skipped = scaling && (zero ? !std::isfinite(sq_global) : !all_finite(grads));
     double grad_norm = NAN;
     if (skipped) {
       // fp16 overflow somewhere in the backward pass: this step's update is
@@ -381,12 +490,22 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
         std::fflush(stdout);
       }
     } else {
-      grad_norm = adamw.step(weights, grads);
+      if (zero) {
+        grad_norm = std::sqrt(sq_global);
+        sharded->step(flat_w->floats() + int64_t(rank) * layout.shard, flat_g->floats(), grad_norm);
+        const auto g0 = Clock::now();
+        dist::allgather(flat_w->floats(), size_t(layout.shard));
+        gather_ms = ms_since(g0);
+        span("allgather", g0);
+      } else {
+        grad_norm = adamw->step(weights, grads);
+      }
       step_plan.inputs_changed();
       eval_plan.inputs_changed();
       if (scaling && ++ls.good_steps >= opt.loss_scale_window) ls.scale *= 2, ls.good_steps = 0;
     }
-    t_opt.push_back(ms_since(t0));
+    t_opt.push_back(ms_since(t0) - gather_ms);
+    if (zero) t_comm.back() += gather_ms, log.allreduce_ms += gather_ms;
     span("optimizer", t0);
     const double ms = ms_since(step_t0);
     t_step.push_back(ms);
@@ -438,10 +557,12 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
     }
   }
   if (live) std::fprintf(stderr, "\n");
-  if (t_fwd.empty() && !log.interrupted) evaluate(&t_fwd);
+  // Collective: the condition must be the same on every rank.
+  if (!evaluated && !log.interrupted) evaluate(&t_fwd);
   log.ms_accumulate = median(t_acc);
   log.ms_allreduce = median(t_comm);
   log.ms_wait = median(t_wait);
+  log.ms_step = median(t_step);
   if (world > 1) {
     for (const WeightSpec& w : task.weights) log.allreduce_bytes += int64_t(weights.at(w.name).numel() * sizeof(float));
     // The replicas must have stayed identical: compare rank 0's checksum.
@@ -496,11 +617,20 @@ std::string distributed_report(const TrainTask& task, const TrainOptions& opt, c
   if (task.tokens_per_microstep > 0 && step_ms > 0)
     r += fmt::format(", {:.0f} tok/s global", double(task.tokens_per_microstep * opt.accum * log.world_size) / (step_ms / 1000));
   r += "\n";
-  r += fmt::format("gradient all-reduce: {:.2f} ms/step median ({:.1f}% of {:.1f} ms/step mean), {:.2f} MB in {} bucket{}, "
-                   "{:.0f} ms in all\n",
-                   log.ms_allreduce, step_ms > 0 ? 100.0 * log.allreduce_ms / log.train_ms : 0.0, step_ms,
-                   double(log.allreduce_bytes) / 1e6, log.allreduce_buckets, log.allreduce_buckets == 1 ? "" : "s",
-                   log.allreduce_ms);
+  if (log.zero) {
+    r += fmt::format("ZeRO-1: AdamW moments sharded, {:.2f} MB per rank (unsharded: {:.2f} MB)\n",
+                     double(log.optimizer_state_bytes) / 1e6, double(log.optimizer_state_bytes) * log.world_size / 1e6);
+    r += fmt::format("gradient reduce-scatter + weight all-gather: {:.2f} ms/step median ({:.1f}% of {:.1f} ms/step mean), "
+                     "{:.2f} MB of gradients, {:.0f} ms in all\n",
+                     log.ms_allreduce, log.train_ms > 0 ? 100.0 * log.allreduce_ms / log.train_ms : 0.0, step_ms,
+                     double(log.allreduce_bytes) / 1e6, log.allreduce_ms);
+  } else {
+    r += fmt::format("gradient all-reduce: {:.2f} ms/step median ({:.1f}% of {:.1f} ms/step mean), {:.2f} MB in {} bucket{}, "
+                     "{:.0f} ms in all\n",
+                     log.ms_allreduce, step_ms > 0 ? 100.0 * log.allreduce_ms / log.train_ms : 0.0, step_ms,
+                     double(log.allreduce_bytes) / 1e6, log.allreduce_buckets, log.allreduce_buckets == 1 ? "" : "s",
+                     log.allreduce_ms);
+  }
   r += fmt::format("waiting for the slowest rank before it: {:.2f} ms/step median ({:.1f}%), {:.0f} ms in all\n", log.ms_wait,
                    log.train_ms > 0 ? 100.0 * log.wait_ms / log.train_ms : 0.0, log.wait_ms);
   r += fmt::format("final weights identical on all {} ranks (checksum {:016x})\n", log.world_size, log.weights_checksum);

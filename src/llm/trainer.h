@@ -104,6 +104,15 @@ struct TrainOptions {
   // micro-step and use. false packs on every use (the same results, slower:
   // for checks).
   bool stable_weights = true;
+  // Data-parallel runs: 1 shards the AdamW state over the ranks (ZeRO-1):
+  // the gradients are reduce-scattered over one flat, padded array in the
+  // task's weight order, each rank updates its 1/N of the weights with its
+  // 1/N of the moments (clipping by the global norm from an all-reduce of the
+  // parts' sums of squares), and the weights are all-gathered. Checkpoints
+  // gather the moments to rank 0 first, so train_state.bin is the same file
+  // an unsharded run writes (a run resumes with or without --zero). 0, or a
+  // world of one process: the unsharded optimizer (a no-op there).
+  int zero = 0;
 };
 
 // Per-step figures, and the split of the time a report shows.
@@ -144,6 +153,14 @@ struct TrainLog {
   double ms_allreduce = 0, allreduce_ms = 0, ms_wait = 0, wait_ms = 0;
   int64_t allreduce_bytes = 0, allreduce_buckets = 0;
   uint64_t weights_checksum = 0;
+  // ZeRO-1 (TrainOptions::zero in a data-parallel run): 1, and then
+  // ms_allreduce/allreduce_ms are the reduce-scatter plus the all-gather.
+  int zero = 0;
+  // This rank's AdamW moments (m and v) in bytes: all of them, or its part
+  // under ZeRO-1.
+  int64_t optimizer_state_bytes = 0;
+  // Median wall ms per optimizer step (communication included).
+  double ms_step = 0;
 };
 
 // Runs the loop; returns what it measured.

@@ -33,7 +33,7 @@ extern "C" void on_sigint(int) {
 struct Args {
   std::string config = "default", data, tokenizer, out, init, emit_mil, prompt = "The";
   int64_t steps = -1, batch = -1, seq = 0, accum = -1, eval_every = -1, eval_batches = 4, save_every = 0;
-  int threads = 0, samples = 2, checkpoint_version = 0, log_every = 10;
+  int threads = 0, samples = 2, checkpoint_version = 0, log_every = 10, zero = 0;
   uint64_t seed = 1;
   bool resume = false, overwrite = false, quiet = false, recompute = false;
   std::string precision = "fp32";
@@ -87,34 +87,14 @@ void take_run_record(Args& a) {
   if (!a.given("--accum")) a.accum = r.accum;
 }
 
-// run.json's "world_size": the number of data-parallel ranks (mpirun -np)
-// the run was made with; a record without it was made by one process. A
-// resumed run must have as many (its data position and batch split depend on
-// it).
-constexpr const char* kWorldSizeKey = "world_size";
-
-int64_t recorded_world_size(const std::string& dir) {
-  std::ifstream in(std::filesystem::path(dir) / "run.json");
-  if (!in) return 1;
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  return j.is_object() && j.contains(kWorldSizeKey) && j[kWorldSizeKey].is_number_integer() ? j[kWorldSizeKey].get<int64_t>() : 1;
-}
-
-// Adds the world size to the run.json save_run_record just wrote (atomically).
-void record_world_size(const std::string& dir, int world) {
-  const std::string path = (std::filesystem::path(dir) / "run.json").string();
-  std::ifstream in(path);
-  nlohmann::json j = nlohmann::json::parse(in);
-  j[kWorldSizeKey] = world;
-  write_file_atomic(path, j.dump(2) + "\n");
-}
-
-void check_same_world(const std::string& dir) {
-  const int64_t had = recorded_world_size(dir), now = llm::dist::world_size();
-  if (had != now)
-    throw Error(fmt::format("train: {} was trained by {} process{} (mpirun -np {}), not {}: resume it with the same "
-                            "number of ranks (its data position and batch split depend on it)",
-                            dir, had, had == 1 ? "" : "es", had, now));
+// The data-parallel line (and what --zero does in this world).
+void print_data_parallel(const Args& a) {
+  const int n = llm::dist::world_size();
+  if (n > 1)
+    std::printf("data parallel: %d ranks (MPI), rank r takes micro-batch r of every %d in a row%s\n", n, n,
+                a.zero == 1 ? "; ZeRO-1: AdamW state sharded over the ranks" : "");
+  else if (a.zero == 1)
+    std::printf("--zero 1: one process, nothing to shard (the optimizer state stays whole)\n");
 }
 
 // What this invocation trains; a resumed run's counters go on from its record.
@@ -125,6 +105,7 @@ llm::RunRecord this_run(const Args& a) {
   r.batch = a.batch;
   r.seq = a.seq;
   r.accum = a.accum;
+  r.world_size = llm::dist::world_size();
   return r;
 }
 
@@ -152,6 +133,7 @@ llm::TrainOptions train_options(const Args& a) {
   t.log_every = a.log_every;
   t.quiet = a.quiet;
   t.recompute = a.recompute;
+  t.zero = a.zero;
   t.stop = &g_stop;
   t.profile = profile_flags().on();
   t.trace = !profile_flags().trace.empty();
@@ -160,7 +142,6 @@ llm::TrainOptions train_options(const Args& a) {
     const std::string dir = a.out;
     t.on_save = [base, dir](int64_t step, const llm::TrainLog& log) {
       llm::save_run_record(dir, add_counters(base, step, log));
-      if (log.world_size > 1) record_world_size(dir, log.world_size);
     };
   }
   // fp16 is the task's program (fp16 compute, loss scaling); its matrix
@@ -219,9 +200,7 @@ void run_llama(Args& a) {
               cfg.str().c_str(), double(cfg.param_count()) / 1e6, a.tokenizer.empty() ? "byte" : "llama2.c",
               (long long)a.batch, (long long)(a.seq > 0 ? a.seq : cfg.seq), (long long)a.accum, kernels::num_threads(),
               kernels::num_threads() == 1 ? "" : "s");
-  if (llm::dist::distributed())
-    std::printf("data parallel: %d ranks (MPI), rank r takes micro-batch r of every %d in a row\n", llm::dist::world_size(),
-                llm::dist::world_size());
+  print_data_parallel(a);
   std::fflush(stdout);
   llm::TrainLog log = llm::train(task, t, weights);
   std::printf("%s%s", llm::efficiency_report(task, t, log).c_str(), llm::distributed_report(task, t, log).c_str());
@@ -260,9 +239,7 @@ void run_seed_layer(Args& a) {
   };
   std::printf("%s%d thread%s\n", llm::seed_layer_banner(cfg, t, a.precision).c_str(), kernels::num_threads(),
               kernels::num_threads() == 1 ? "" : "s");
-  if (llm::dist::distributed())
-    std::printf("data parallel: %d ranks (MPI), rank r takes micro-batch r of every %d in a row\n", llm::dist::world_size(),
-                llm::dist::world_size());
+  print_data_parallel(a);
   std::fflush(stdout);
   llm::TrainLog log = llm::train(task, t, weights);
   std::printf("%s%s", llm::efficiency_report(task, t, log).c_str(), llm::distributed_report(task, t, log).c_str());
@@ -277,6 +254,18 @@ void run_seed_layer(Args& a) {
 }
 
 }  // namespace
+
+void run_as_rank(const std::function<void()>& run) {
+  // Under mpirun: one rank of a data-parallel job. An error on any rank ends
+  // the whole job with its message instead of leaving the others waiting in
+  // a collective.
+  llm::dist::init();
+  try {
+    run();
+  } catch (const std::exception& e) {
+    if (!llm::dist::abort_job(e.what())) throw;
+  }
+}
 
 void add_train(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "Train a Llama-family model (or the second seed's layer) on a CPU");
@@ -318,6 +307,10 @@ void add_train(CLI::App& app) {
                   "dynamic loss scaling); master weights always fp32")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   add_profile_options(*cmd);
+  cmd->add_option("--zero", a.zero,
+                  "1: under mpirun, shard the AdamW state over the ranks (ZeRO-1: reduce-scatter, update 1/N, all-gather); "
+                  "a no-op for one process")
+      ->check(CLI::IsMember({0, 1}));
   cmd->add_option("--emit-mil", a.emit_mil, "write the training program (loss and derived gradients) as MIL and exit");
   // One invocation: everything after parsing.
   auto run = [cmd] {
@@ -336,7 +329,7 @@ void add_train(CLI::App& app) {
         if (fs::exists(fs::path(a.out) / f))
           throw Error("train: " + a.out + " already holds a run (" + f +
                       "): continue it with --resume, or replace it with --overwrite");
-    if (a.resume) take_run_record(a), check_same_world(a.out);
+    if (a.resume) take_run_record(a);
     apply_defaults(a);
     if (a.record) llm::check_same_run(*a.record, this_run(a), a.out);
     std::signal(SIGINT, on_sigint);
@@ -346,17 +339,7 @@ void add_train(CLI::App& app) {
     if (is_seed_layer(a)) run_seed_layer(a);
     else run_llama(a);
   };
-  cmd->callback([run] {
-    // Under mpirun: one rank of a data-parallel job. An error on any rank
-    // ends the whole job with its message instead of leaving the others
-    // waiting in a collective.
-    llm::dist::init();
-    try {
-      run();
-    } catch (const std::exception& e) {
-      if (!llm::dist::abort_job(e.what())) throw;
-    }
-  });
+  cmd->callback([run] { run_as_rank(run); });
 }
 
 }  // namespace milrt::cli
