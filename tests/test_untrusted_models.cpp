@@ -356,19 +356,43 @@ TEST(MemoryLimit, BenchRefusesBeforeMakingRandomInputs) {
 
 // ---------------------------------------------------------------- loops
 
-// while_loop has no implementation yet, so no model can loop: `check`
-// refuses it. When it gets one (reference executor or plan), it needs an
-// iteration cap ending with a clear Error (issue #20); this test then fails
-// as a reminder: replace it with one of an endless loop hitting the cap.
-TEST(Loops, WhileLoopIsRefusedUntilItHasAnIterationCap) {
+// A loop whose condition never fails (the counter only decreases) ends with a
+// one-line error naming the op and the cap on both engines, never a hang:
+// with --max-loop-iterations, and on the compiled engine with the default
+// cap of 2^20 iterations (a second or so for this body).
+TEST(Loops, EndlessWhileLoopStopsAtTheIterationCap) {
   const std::string dir = test::temp_dir("untrusted_loop");
   write_bytes(dir + "/loop.mil",
               "program(1.3)\n{\n    func main<ios18>(tensor<int32, [1]> x) {\n"
-              "        tensor<int32, [1]> y = while_loop(loop_vars = (x))[name = string(\"y\")];\n"
+              "        tensor<int32, [1]> y = while_loop(loop_vars = (x))[name = string(\"y\")]\n"
+              "            cond(tensor<int32, [1]> i) {\n"
+              "                int32 big = const()[name = string(\"big\"), val = int32(1000)];\n"
+              "                tensor<bool, [1]> c = less(x = i, y = big)[name = string(\"c\")];\n"
+              "            } -> (c)\n"
+              "            body(tensor<int32, [1]> i) {\n"
+              "                int32 one = const()[name = string(\"one\"), val = int32(1)];\n"
+              "                tensor<int32, [1]> d = sub(x = i, y = one)[name = string(\"d\")];\n"
+              "            } -> (d);\n"
               "    } -> (y);\n}\n");
-  CliResult r = run_cli({"check", dir + "/loop.mil"});
-  EXPECT_TRUE(IsOneLineError(r));
-  EXPECT_NE(r.err.find("unknown op 'while_loop'"), std::string::npos) << r.err;
+  Tensor x(DType::Int32, {1});
+  write_npy(dir + "/x.npy", x);
+  for (const char* engine : {"compiled", "reference"}) {
+    SCOPED_TRACE(engine);
+    CliResult r = run_cli({"run", dir + "/loop.mil", "--engine", engine, "--input", "x=" + dir + "/x.npy",
+                           "--max-loop-iterations", "5000"},
+                          60);
+    EXPECT_TRUE(IsOneLineError(r)) << r.err;
+    EXPECT_NE(r.err.find("loop.mil:4:"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("while_loop 'y': stopped after 5000 iterations"), std::string::npos) << r.err;
+  }
+  CliResult r = run_cli({"run", dir + "/loop.mil", "--input", "x=" + dir + "/x.npy"}, 120);
+  EXPECT_TRUE(IsOneLineError(r)) << r.err;
+  EXPECT_NE(r.err.find("stopped after 1048576 iterations"), std::string::npos) << r.err;
+  // A loop that ends below the cap is unaffected.
+  x.set(0, 2000);
+  write_npy(dir + "/x.npy", x);
+  r = run_cli({"run", dir + "/loop.mil", "--input", "x=" + dir + "/x.npy", "--max-loop-iterations", "5000"}, 60);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
 // ---------------------------------------------------------------- cancellation

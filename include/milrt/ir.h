@@ -140,13 +140,23 @@ struct Op {
   void erase(const std::string& key);
 };
 
+// How many times a `while_loop` may run its body before an engine stops it
+// with an Error naming the op: models are untrusted input and Core ML bounds
+// no loop, so one whose condition never fails would otherwise never return.
+// About a million: far above a recurrent model's time steps, a second or so
+// of a small body. CompileOptions::max_loop_iterations and
+// ReferenceOptions::max_loop_iterations change it.
+inline constexpr int64_t kDefaultMaxLoopIterations = int64_t(1) << 20;
+
 // Calls fn on each op of `ops` and, right after it, on the ops of its nested
 // blocks (depth first, in program order).
 void walk_ops(std::vector<Op>& ops, const std::function<void(Op&)>& fn);
 void walk_ops(const std::vector<Op>& ops, const std::function<void(const Op&)>& fn);
 
-// Throws Error("file:line:col: error: TYPE 'first output': msg") for an op.
+// Throws Error("file:line:col: error: TYPE 'first output': msg") for an op;
+// op_error_prefix gives that text up to msg, for errors raised later.
 [[noreturn]] void throw_op_error(const Op& op, const std::string& msg);
+std::string op_error_prefix(const Op& op);
 
 // A named attribute of a program or function: `[buildInfo = dict<...>(...)]`.
 struct NamedAttr {

@@ -102,6 +102,10 @@ struct CompileOptions {
   // matmul_precision bf16. Also lets bind() take fp16 memory (see there).
   enum class Numerics { fp32, fp16 };
   Numerics numerics = Numerics::fp32;
+  // A while_loop running its body more often than this ends the run with an
+  // Error naming the op (milrt/ir.h: kDefaultMaxLoopIterations). Each loop
+  // counts its own iterations per run.
+  int64_t max_loop_iterations = kDefaultMaxLoopIterations;
   // Memory limit in bytes (0: default_max_memory(), 3/4 of physical memory).
   // compile() adds up what the plan would hold (constant weights as stored,
   // the planned arena, state, input and output buffers) once shapes are

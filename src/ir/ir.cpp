@@ -100,11 +100,13 @@ void walk_ops(const std::vector<Op>& ops, const std::function<void(const Op&)>& 
   }
 }
 
-void throw_op_error(const Op& op, const std::string& msg) {
+std::string op_error_prefix(const Op& op) {
   std::string where = op.loc.str();
   std::string who = op.type + (op.outputs.empty() ? "" : " '" + op.outputs[0].name + "'");
-  throw Error((where.empty() ? "" : where + ": ") + "error: " + who + ": " + msg);
+  return (where.empty() ? "" : where + ": ") + "error: " + who + ": ";
 }
+
+void throw_op_error(const Op& op, const std::string& msg) { throw Error(op_error_prefix(op) + msg); }
 
 const Param* Function::param(const std::string& n) const {
   for (auto& p : params) if (p.name == n) return &p;

@@ -17,7 +17,10 @@ bool shape_admits(const Shape& declared, const Shape& actual) {
   return true;
 }
 
-using Env = std::unordered_map<std::string, Tensor>;
+// The values of a run by name, and the run's limits.
+struct Env : std::unordered_map<std::string, Tensor> {
+  int64_t max_loop_iterations = kDefaultMaxLoopIterations;
+};
 
 void gather(const Op& op, const Arg& a, const Env& env, std::vector<Tensor>& out) {
   switch (a.kind) {
@@ -97,7 +100,8 @@ bool predicate(const Op& op, const Tensor& t, const char* what) {
 
 // cond: the branch the predicate picks; while_loop: the body while the cond
 // block holds, from the loop variables' initial values (coremltools iOS15
-// control_flow.py). Core ML bounds no loop, and neither does this.
+// control_flow.py). Core ML bounds no loop; a run stops one at
+// max_loop_iterations with an Error (untrusted models must not hang).
 std::vector<Tensor> run_control_flow(const Op& op, Env& env) {
   if (op.blocks.size() != 2) fail_op(op, "needs two blocks, has " + std::to_string(op.blocks.size()));
   if (op.type == "cond") {
@@ -113,10 +117,13 @@ std::vector<Tensor> run_control_flow(const Op& op, Env& env) {
   if (!lv) fail_op(op, "missing required input 'loop_vars'");
   std::vector<Tensor> vars;
   gather(op, *lv, env, vars);
-  while (true) {
+  for (int64_t iterations = 0;; ++iterations) {
     std::vector<Tensor> c = run_block(op, op.blocks[0], vars, env);
     if (c.size() != 1) fail_op(op, "the cond block must return one value");
     if (!predicate(op, c[0], "the cond block's result")) break;
+    if (iterations >= env.max_loop_iterations)
+      fail_op(op, "stopped after " + std::to_string(iterations) + " iterations: the loop cap " +
+                      "(ReferenceOptions::max_loop_iterations, --max-loop-iterations) ends loops that do not");
     std::vector<Tensor> next = run_block(op, op.blocks[1], vars, env);
     if (next.size() != vars.size()) fail_op(op, "the body returns " + std::to_string(next.size()) + " values for " +
                                                     std::to_string(vars.size()) + " loop variables");
@@ -155,10 +162,12 @@ bool is_state(const Param& p) { return p.type.kind == Type::Kind::State && p.typ
 // Runs function `fn_name`. State parameters take their values from `states`
 // (zeros when absent) and every coreml_update_state writes back into it, so a
 // later read_state of the same call, and the next call, see the new value.
-Env run(const Program& p, const std::string& fn_name, const TensorMap& inputs, TensorMap& states) {
+Env run(const Program& p, const std::string& fn_name, const TensorMap& inputs, TensorMap& states,
+        const ReferenceOptions& options) {
   const Function* f = p.function(fn_name);
   if (!f) throw Error(p.path + ": error: no function '" + fn_name + "'");
   Env env;
+  env.max_loop_iterations = options.max_loop_iterations;
   for (auto& [name, t] : inputs) {
     const Param* prm = f->param(name);
     if (!prm) throw Error("error: function '" + fn_name + "' has no input '" + name + "'");
@@ -195,14 +204,14 @@ Env run(const Program& p, const std::string& fn_name, const TensorMap& inputs, T
 }
 
 // States given among `inputs` (the plain entry points) are their initial values.
-Env run_plain(const Program& p, const std::string& fn_name, const TensorMap& inputs) {
+Env run_plain(const Program& p, const std::string& fn_name, const TensorMap& inputs, const ReferenceOptions& options) {
   const Function* f = p.function(fn_name);
   TensorMap in, states;
   for (auto& [name, t] : inputs) {
     const Param* prm = f ? f->param(name) : nullptr;
     (prm && is_state(*prm) ? states : in)[name] = t;
   }
-  return run(p, fn_name, in, states);
+  return run(p, fn_name, in, states, options);
 }
 
 TensorMap outputs_of(const Program& p, const std::string& fn, const Env& env) {
@@ -216,16 +225,19 @@ TensorMap outputs_of(const Program& p, const std::string& fn, const Env& env) {
 }
 }  // namespace
 
-TensorMap run_reference(const Program& p, const std::string& fn, const TensorMap& inputs) {
-  return outputs_of(p, fn, run_plain(p, fn, inputs));
+TensorMap run_reference(const Program& p, const std::string& fn, const TensorMap& inputs,
+                        const ReferenceOptions& options) {
+  return outputs_of(p, fn, run_plain(p, fn, inputs, options));
 }
 
-TensorMap run_reference(const Program& p, const std::string& fn, const TensorMap& inputs, TensorMap& states) {
-  return outputs_of(p, fn, run(p, fn, inputs, states));
+TensorMap run_reference(const Program& p, const std::string& fn, const TensorMap& inputs, TensorMap& states,
+                        const ReferenceOptions& options) {
+  return outputs_of(p, fn, run(p, fn, inputs, states, options));
 }
 
-TensorMap run_reference_all(const Program& p, const std::string& fn, const TensorMap& inputs) {
-  Env env = run_plain(p, fn, inputs);
+TensorMap run_reference_all(const Program& p, const std::string& fn, const TensorMap& inputs,
+                            const ReferenceOptions& options) {
+  Env env = run_plain(p, fn, inputs, options);
   return TensorMap(env.begin(), env.end());
 }
 

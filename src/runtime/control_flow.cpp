@@ -145,7 +145,8 @@ size_t bytes_of(const ValueRef& v) { return size_t(v.numel()) * dtype_size(v.dty
 
 class WhileStep final : public Step {
  public:
-  WhileStep(const Op& op, LowerCtx& ctx, const ControlFlowEnv& env) : cancelled_(env.cancelled) {
+  WhileStep(const Op& op, LowerCtx& ctx, const ControlFlowEnv& env)
+      : cancelled_(env.cancelled), max_iterations_(env.options.max_loop_iterations), where_(op_error_prefix(op)) {
     init_ = ctx.tuple(op, "loop_vars");
     for (size_t k = 0; k < op.outputs.size(); ++k) outs_.push_back(ctx.output(op, k));
     if (init_.size() != outs_.size() || op.blocks.size() != 2) throw_op_error(op, "malformed while_loop");
@@ -186,10 +187,13 @@ class WhileStep final : public Step {
       if (cur_[k].nbytes()) std::memcpy(cur_[k].mutable_data(), f.ptr[size_t(init_[k].id)], cur_[k].nbytes());
     cond_.bind_captures(f, cond_dtypes_);
     body_.bind_captures(f, body_dtypes_);
-    while (true) {
+    for (int64_t iterations = 0;; ++iterations) {
       if (cancelled_ && cancelled_->load(std::memory_order_relaxed)) return;  // the plan throws after this step
       cond_.plan.run();
       if (!*static_cast<const uint8_t*>(pred_.data())) break;
+      if (iterations >= max_iterations_)
+        throw Error(where_ + "stopped after " + std::to_string(iterations) + " iterations: the loop cap " +
+                    "(CompileOptions::max_loop_iterations, --max-loop-iterations) ends loops that do not");
       body_.plan.run();
       for (size_t k = 0; k < next_.size(); ++k) {
         const SubPlan::Out& o = body_.outs[k];
@@ -214,6 +218,8 @@ class WhileStep final : public Step {
   std::vector<DType> cond_dtypes_, body_dtypes_;
   Tensor pred_;
   const std::atomic<bool>* cancelled_;
+  int64_t max_iterations_;
+  std::string where_;  // "file:line:col: error: while_loop 'y': "
 };
 
 class CondStep final : public Step {

@@ -187,10 +187,10 @@ void add_run(CLI::App& app) {
       std::fprintf(stderr, "%s: %zu engine programs, %zu host steps, %zu compiles\n", engine.c_str(),
                    part.engine_programs(), part.host_steps(), device->compile_count(device->context));
     } else if (taps.empty()) {
-      out = run_reference(p, function, in);
+      out = run_reference(p, function, in, ReferenceOptions{max_loop_iterations_cli()});
     } else {  // the reference executor keeps every value: taps cost nothing there
       check_taps(*f, opts);
-      TensorMap all = run_reference_all(p, function, in);
+      TensorMap all = run_reference_all(p, function, in, ReferenceOptions{max_loop_iterations_cli()});
       for (auto& name : f->outputs) out[name] = all.at(name);
       for (auto& name : taps) tapped[name] = all.at(name);
     }

@@ -2,6 +2,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <cstddef>
+#include <functional>
 #include <string>
 
 #include "milrt/ir.h"
@@ -46,6 +47,11 @@ CompileOptions::Numerics numerics_cli();
 // (CompileOptions::deterministic); apply_plan_options_cli sets both.
 void add_plan_options(CLI::App& cmd);
 void apply_plan_options_cli(CompileOptions& options);
+// Runs a training command's body as one rank of an mpirun job (or alone): an
+// error on a rank aborts the whole job with its message.
+void run_as_rank(const std::function<void()>& run);
+// --max-loop-iterations, for the engines that take no CompileOptions (--engine reference).
+int64_t max_loop_iterations_cli();
 // "512M" -> 512 << 20; K, M, G, T (binary multiples, optional "B"/"iB"). Throws Error.
 size_t parse_bytes(const std::string& s);
 

@@ -40,6 +40,7 @@ namespace {
 struct PlanFlags {
   std::string precision = "fp32";
   bool deterministic = false;
+  int64_t max_loop_iterations = kDefaultMaxLoopIterations;
 };
 PlanFlags& plan_flags() {
   static PlanFlags f;
@@ -54,12 +55,19 @@ void add_plan_options(CLI::App& cmd) {
       ->check(CLI::IsMember({"fp32", "bf16"}));
   cmd.add_flag("--deterministic", plan_flags().deterministic,
                "results bit-identical for any thread count: only kernels that guarantee it (no oneDNN GEMM)");
+  cmd.add_option("--max-loop-iterations", plan_flags().max_loop_iterations,
+                 "a while_loop running its body more often ends the run with an error (default 1048576; models "
+                 "are untrusted and Core ML bounds no loop)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 62));
 }
+
+int64_t max_loop_iterations_cli() { return plan_flags().max_loop_iterations; }
 
 void apply_plan_options_cli(CompileOptions& options) {
   options.matmul_precision = plan_flags().precision == "bf16" ? CompileOptions::MatmulPrecision::bf16
                                                               : CompileOptions::MatmulPrecision::fp32;
   options.deterministic = plan_flags().deterministic;
+  options.max_loop_iterations = plan_flags().max_loop_iterations;
 }
 
 size_t max_memory_cli() { return max_memory_text().empty() ? 0 : parse_bytes(max_memory_text()); }
