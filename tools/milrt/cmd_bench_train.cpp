@@ -81,12 +81,14 @@ void add_bench_train(CLI::App& bench) {
     const double global_tokens = double(tokens) * double(accum) * double(world);
     const double global_tok_s = log.ms_step > 0 ? global_tokens / (log.ms_step / 1000) : 0;
     const double comm_share = log.ms_step > 0 ? (log.ms_allreduce + log.ms_wait) / log.ms_step : 0;
-    std::printf("global: %d rank%s x %d thread%s, %lld tokens per optimizer step (%d x accum %lld x %lld), %.1f ms per "
-                "optimizer step (median), %.0f tokens/s; communication %.1f ms/step (%s %.1f + waiting %.1f) = %.1f%%%s\n",
-                world, world == 1 ? "" : "s", log.threads, log.threads == 1 ? "" : "s", (long long)global_tokens, world,
-                (long long)accum, (long long)tokens, log.ms_step, global_tok_s, log.ms_allreduce + log.ms_wait,
-                log.zero ? "reduce-scatter+all-gather" : "all-reduce", log.ms_allreduce, log.ms_wait, 100 * comm_share,
-                log.zero ? ", ZeRO-1" : "");
+    if (world > 1) {  // one process: the line above says it all
+      std::printf("global: %d rank%s x %d thread%s, %lld tokens per optimizer step (%d x accum %lld x %lld), %.1f ms per "
+                  "optimizer step (median), %.0f tokens/s; communication %.1f ms/step (%s %.1f + waiting %.1f) = %.1f%%%s\n",
+                  world, world == 1 ? "" : "s", log.threads, log.threads == 1 ? "" : "s", (long long)global_tokens, world,
+                  (long long)accum, (long long)tokens, log.ms_step, global_tok_s, log.ms_allreduce + log.ms_wait,
+                  log.zero ? "reduce-scatter+all-gather" : "all-reduce", log.ms_allreduce, log.ms_wait, 100 * comm_share,
+                  log.zero ? ", ZeRO-1" : "");
+    }
     if (json)
       std::printf("{\"config\": \"%s\", \"threads\": %d, \"accum\": %lld, \"tokens_per_step\": %lld, \"ms_per_step\": %.3f, "
                   "\"fwd_bwd_ms\": %.3f, \"fwd_ms\": %.3f, \"optimizer_ms\": %.3f, \"data_ms\": %.3f, \"gflops\": %.2f, "
