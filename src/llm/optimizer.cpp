@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -35,6 +36,21 @@ double learning_rate(const AdamWConfig& c, int64_t step) {
 }
 
 namespace {
+// `t` holds exactly the tensors of `want`, each fp32 of its shape: what an
+// optimizer is given or restores (one-line Error naming the first misfit).
+void check_fp32_tensors(const TensorMap& t, const std::map<std::string, Shape>& want, const char* what) {
+  for (const auto& [name, shape] : want) {
+    auto it = t.find(name);
+    if (it == t.end()) throw Error(fmt::format("AdamW: {} lack '{}'", what, name));
+    if (it->second.dtype() != DType::FP32 || it->second.shape() != shape)
+      throw Error(fmt::format("AdamW: {} '{}' is {} {}, expected fp32 {}", what, name,
+                              dtype_name(it->second.dtype()), shape_str(it->second.shape()), shape_str(shape)));
+  }
+  if (t.size() != want.size())
+    for (const auto& [name, x] : t)
+      if (!want.count(name)) throw Error(fmt::format("AdamW: {} have unknown tensor '{}'", what, name));
+}
+
 // The update's constants for optimizer step `step` (0-based) at gradient norm
 // `norm`, shared by AdamW and ShardedAdamW so they compute the same numbers.
 kernels::AdamWStep step_constants(const AdamWConfig& c, int64_t step, double norm, double* lr_out) {
@@ -68,16 +84,9 @@ AdamW::AdamW(const AdamWConfig& cfg, const TensorMap& params) : cfg_(cfg) {
 }
 
 void AdamW::check_same(const TensorMap& t, const char* what) const {
-  for (const auto& [name, m] : m_) {
-    auto it = t.find(name);
-    if (it == t.end()) throw Error(fmt::format("AdamW: {} lack '{}'", what, name));
-    if (it->second.dtype() != DType::FP32 || it->second.shape() != m.shape())
-      throw Error(fmt::format("AdamW: {} '{}' is {} {}, expected fp32 {}", what, name,
-                              dtype_name(it->second.dtype()), shape_str(it->second.shape()), shape_str(m.shape())));
-  }
-  if (t.size() != m_.size())
-    for (const auto& [name, x] : t)
-      if (!m_.count(name)) throw Error(fmt::format("AdamW: {} have unknown tensor '{}'", what, name));
+  std::map<std::string, Shape> want;
+  for (const auto& [name, m] : m_) want.emplace(name, m.shape());
+  check_fp32_tensors(t, want, what);
 }
 
 double AdamW::step(TensorMap& params, const TensorMap& grads) {
@@ -167,18 +176,10 @@ void ShardedAdamW::step(float* w, const float* g, double norm) {
 
 void ShardedAdamW::restore(const TrainState& s) {
   if (s.step < 0) throw Error(fmt::format("AdamW: cannot restore step {}", s.step));
-  for (const TensorMap* t : {&s.m, &s.v}) {
-    const char* what = t == &s.m ? "restored m" : "restored v";
-    for (const FlatLayout::Entry& e : layout_.entries) {
-      auto it = t->find(e.name);
-      if (it == t->end()) throw Error(fmt::format("AdamW: {} lack '{}'", what, e.name));
-      if (it->second.dtype() != DType::FP32 || it->second.shape() != e.shape)
-        throw Error(fmt::format("AdamW: {} '{}' is {} {}, expected fp32 {}", what, e.name,
-                                dtype_name(it->second.dtype()), shape_str(it->second.shape()), shape_str(e.shape)));
-    }
-    if (t->size() != layout_.entries.size())
-      throw Error(fmt::format("AdamW: {} has {} tensors, expected {}", what, t->size(), layout_.entries.size()));
-  }
+  std::map<std::string, Shape> want;
+  for (const FlatLayout::Entry& e : layout_.entries) want.emplace(e.name, e.shape);
+  check_fp32_tensors(s.m, want, "restored m");
+  check_fp32_tensors(s.v, want, "restored v");
   const int64_t lo = int64_t(rank_) * layout_.shard, hi = lo + layout_.shard;
   std::fill(m_.begin(), m_.end(), 0.0f);
   std::fill(v_.begin(), v_.end(), 0.0f);

@@ -91,9 +91,9 @@ class ShardedAdamW {
   int64_t steps_taken() const { return step_; }
   const std::vector<float>& m() const { return m_; }
   const std::vector<float>& v() const { return v_; }
-  const FlatLayout& layout() const { return layout_; }
   // Takes this part of a whole training state (AdamW::state()'s, or one
-  // assembled by full_state): every tensor of the layout, fp32, same shapes.
+  // assembled from gathered parts with unflatten): every tensor of the
+  // layout, fp32, same shapes.
   void restore(const TrainState& s);
   // The tensors of a whole flat array (layout.size() floats: every rank's
   // part gathered in rank order), e.g. the moments for a TrainState that
