@@ -32,16 +32,17 @@ struct SubPlan {
   };
   Plan plan;
   std::vector<std::pair<std::string, int>> captures;  // parameter name, outer value id
+  std::vector<DType> capture_dtypes;                  // as the outer plan stores each capture
   std::vector<const void*> bound;                     // the capture addresses bound last
   std::vector<Out> outs;
   size_t steps = 0;
 
   // Binds the captures to the outer frame's current memory (rebinding only what moved).
-  void bind_captures(const Frame& f, const std::vector<DType>& dtypes) {
+  void bind_captures(const Frame& f) {
     for (size_t i = 0; i < captures.size(); ++i) {
       void* p = f.ptr[size_t(captures[i].second)];
       if (bound[i] == p) continue;
-      plan.bind(captures[i].first, p ? p : g_empty, dtypes[i]);
+      plan.bind(captures[i].first, p ? p : g_empty, capture_dtypes[i]);
       bound[i] = p;
     }
   }
@@ -83,7 +84,7 @@ class Builder {
       fn.params.push_back({name, Type::tensor(t->second.dtype, v.shape), op_.loc});
       s.captures.emplace_back(name, v.id);
       caps.push_back(name);
-      dtypes_.push_back(v.dtype);
+      s.capture_dtypes.push_back(v.dtype);
     }
     for (const Op& o : b.ops) fn.ops.push_back(o);
     std::set<std::string> computed;
@@ -127,8 +128,6 @@ class Builder {
     return s;
   }
 
-  std::vector<DType> take_dtypes() { return std::move(dtypes_); }
-
  private:
   const Op* outer_const(const std::string& name) const {
     for (const Op& o : env_.function.ops)
@@ -138,7 +137,6 @@ class Builder {
   const Op& op_;
   LowerCtx& ctx_;
   const ControlFlowEnv& env_;
-  std::vector<DType> dtypes_;
 };
 
 size_t bytes_of(const ValueRef& v) { return size_t(v.numel()) * dtype_size(v.dtype); }
@@ -159,12 +157,9 @@ class WhileStep final : public Step {
       cur_.emplace_back(init_[k].dtype, init_[k].shape);
       next_.emplace_back(init_[k].dtype, init_[k].shape);
     }
-    Builder cb(op, ctx, env);
-    cond_ = cb.build(op.blocks[0], params, "cond block");
-    cond_dtypes_ = cb.take_dtypes();
-    Builder bb(op, ctx, env);
-    body_ = bb.build(op.blocks[1], params, "body");
-    body_dtypes_ = bb.take_dtypes();
+    Builder b(op, ctx, env);
+    cond_ = b.build(op.blocks[0], params, "cond block");
+    body_ = b.build(op.blocks[1], params, "body");
     pred_ = Tensor(DType::Bool, {});
     for (size_t k = 0; k < init_.size(); ++k) {
       cond_.plan.bind(op.blocks[0].inputs[k].name, addr(cur_[k]), init_[k].dtype);
@@ -185,8 +180,8 @@ class WhileStep final : public Step {
   void run(const Frame& f) const override {
     for (size_t k = 0; k < init_.size(); ++k)
       if (cur_[k].nbytes()) std::memcpy(cur_[k].mutable_data(), f.ptr[size_t(init_[k].id)], cur_[k].nbytes());
-    cond_.bind_captures(f, cond_dtypes_);
-    body_.bind_captures(f, body_dtypes_);
+    cond_.bind_captures(f);
+    body_.bind_captures(f);
     for (int64_t iterations = 0;; ++iterations) {
       if (cancelled_ && cancelled_->load(std::memory_order_relaxed)) return;  // the plan throws after this step
       cond_.plan.run();
@@ -215,7 +210,6 @@ class WhileStep final : public Step {
   std::vector<ValueRef> init_, outs_;
   mutable std::vector<Tensor> cur_, next_;
   mutable SubPlan cond_, body_;
-  std::vector<DType> cond_dtypes_, body_dtypes_;
   Tensor pred_;
   const std::atomic<bool>* cancelled_;
   int64_t max_iterations_;
@@ -229,10 +223,9 @@ class CondStep final : public Step {
     if (pred_.numel() != 1 || pred_.dtype != DType::Bool) throw_op_error(op, "'pred' must be one bool");
     for (size_t k = 0; k < op.outputs.size(); ++k) outs_.push_back(ctx.output(op, k));
     if (op.blocks.size() != 2) throw_op_error(op, "malformed cond");
+    Builder b(op, ctx, env);
     for (int i = 0; i < 2; ++i) {
-      Builder b(op, ctx, env);
       branch_[i] = b.build(op.blocks[size_t(i)], {}, i == 0 ? "true branch" : "false branch");
-      dtypes_[i] = b.take_dtypes();
       if (branch_[i].outs.size() != outs_.size()) throw_op_error(op, "a branch returns the wrong number of values");
     }
     info.kernel = "cond (branches of " + std::to_string(branch_[0].steps) + " and " + std::to_string(branch_[1].steps) +
@@ -243,7 +236,7 @@ class CondStep final : public Step {
   void run(const Frame& f) const override {
     const int i = *f.at<const uint8_t>(pred_.id) ? 0 : 1;
     SubPlan& s = branch_[i];
-    s.bind_captures(f, dtypes_[i]);
+    s.bind_captures(f);
     // The outputs' memory can move between runs (caller bindings): bind when it did.
     for (size_t k = 0; k < outs_.size(); ++k) {
       void* p = f.ptr[size_t(outs_[k].id)];
@@ -267,7 +260,6 @@ class CondStep final : public Step {
   ValueRef pred_;
   std::vector<ValueRef> outs_;
   mutable SubPlan branch_[2];
-  std::vector<DType> dtypes_[2];
   mutable std::vector<void*> bound_out_[2];
 };
 
