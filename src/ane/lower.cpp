@@ -5,12 +5,14 @@
 #include <map>
 #include <set>
 
+#include "ir/control_flow.h"
 #include "mil/literal_blobs.h"
 #include "milrt/blob.h"
 #include "milrt/builder.h"
 #include "milrt/error.h"
 #include "milrt/mil.h"
 #include "milrt/passes.h"
+#include "passes/rewriter.h"
 
 namespace milrt::ane {
 namespace {
@@ -50,11 +52,6 @@ Op make_op(const std::string& type, const std::string& out, const Type& t,
   for (auto& [k, a] : in) op.inputs.push_back(Input{k, a, false});
   op.outputs.push_back(Output{out, t});
   return op;
-}
-
-void vars_of(const Arg& a, std::vector<std::string>& out) {
-  if (a.kind == Arg::Kind::Var) out.push_back(a.var);
-  for (auto& e : a.elems) vars_of(e, out);
 }
 
 // buildInfo as the seeds' generated programs carry it (docs: "program(1.3),
@@ -159,6 +156,27 @@ std::vector<Tensor> unpack(const Packing& k, const Tensor& packed) {
   return out;
 }
 
+std::vector<std::string> op_reads(const Op& op) {
+  std::vector<std::string> v;
+  for (auto& in : op.inputs) passes::for_each_var(in.arg, [&](const std::string& name) { v.push_back(name); });
+  for (auto& c : captured_values(op)) v.push_back(c);
+  return v;
+}
+
+std::vector<Op> constants_read(const Function& f, const std::vector<size_t>& ops) {
+  std::map<std::string, size_t> const_def;
+  for (size_t i = 0; i < f.ops.size(); ++i)
+    if (f.ops[i].type == "const")
+      for (auto& o : f.ops[i].outputs) const_def[o.name] = i;
+  std::set<size_t> copied;
+  std::vector<Op> out;
+  for (size_t i : ops)
+    for (auto& v : op_reads(f.ops[i]))
+      if (auto it = const_def.find(v); it != const_def.end() && copied.insert(it->second).second)
+        out.push_back(f.ops[it->second]);
+  return out;
+}
+
 EngineProgram lower_engine_program(const Function& f, const std::vector<size_t>& ops,
                                    const std::vector<std::string>& inputs, const std::vector<std::string>& outputs,
                                    int64_t max_dim) {
@@ -178,19 +196,7 @@ EngineProgram lower_engine_program(const Function& f, const std::vector<size_t>&
   g.params.push_back(Param{x, Type::tensor(DType::FP16, ep.input.shape()), {}});
 
   // Constants the ops read, each copied once, first.
-  std::map<std::string, size_t> const_def;
-  for (size_t i = 0; i < f.ops.size(); ++i)
-    if (f.ops[i].type == "const")
-      for (auto& o : f.ops[i].outputs) const_def[o.name] = i;
-  std::set<size_t> copied;
-  for (size_t i : ops)
-    for (auto& in : f.ops[i].inputs) {
-      std::vector<std::string> vars;
-      vars_of(in.arg, vars);
-      for (auto& v : vars)
-        if (auto it = const_def.find(v); it != const_def.end() && copied.insert(it->second).second)
-          g.ops.push_back(f.ops[it->second]);
-    }
+  for (Op& c : constants_read(f, ops)) g.ops.push_back(std::move(c));
 
   // Unpack: slice each operand's block, drop its padding, reshape, cast.
   const int64_t S = ep.input.S;

@@ -66,6 +66,13 @@ struct EngineProgram {
   Packing input, output;
 };
 
+// The values an op reads: its arguments' variables and, for control flow,
+// what its blocks capture.
+std::vector<std::string> op_reads(const Op& op);
+// The `const` ops of f that ops `ops` (indices into f.ops) read, each once,
+// in order of first read: what a step's own program copies in.
+std::vector<Op> constants_read(const Function& f, const std::vector<size_t>& ops);
+
 // Lowers ops `ops` (indices into f.ops, in order, none a `const`) of
 // function `f` reading `inputs` (values defined outside the run) and
 // producing `outputs` (values used after it). Constants the ops read are

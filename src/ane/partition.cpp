@@ -6,26 +6,12 @@
 #include <set>
 
 #include "ane/validate.h"
-#include "ir/control_flow.h"
 #include "ir/verifier.h"
 #include "milrt/builder.h"
 #include "milrt/error.h"
 
 namespace milrt::ane {
 namespace {
-
-void vars_of(const Arg& a, std::vector<std::string>& out) {
-  if (a.kind == Arg::Kind::Var) out.push_back(a.var);
-  for (auto& e : a.elems) vars_of(e, out);
-}
-
-// What an op reads: its inputs and, for control flow, what its blocks capture.
-std::vector<std::string> reads(const Op& op) {
-  std::vector<std::string> v;
-  for (auto& in : op.inputs) vars_of(in.arg, v);
-  for (auto& c : captured_values(op)) v.push_back(c);
-  return v;
-}
 
 bool stateful(const Function& f) {
   for (auto& p : f.params)
@@ -40,15 +26,7 @@ Program host_program(const Program& prog, const Function& f, const Step& s, cons
   g.name = "main";
   g.opset = f.opset;
   for (auto& n : s.inputs) g.params.push_back(Param{n, types.at(n), {}});
-  std::map<std::string, size_t> const_def;
-  for (size_t i = 0; i < f.ops.size(); ++i)
-    if (f.ops[i].type == "const")
-      for (auto& o : f.ops[i].outputs) const_def[o.name] = i;
-  std::set<size_t> copied;
-  for (size_t i : s.ops)
-    for (auto& v : reads(f.ops[i]))
-      if (auto it = const_def.find(v); it != const_def.end() && copied.insert(it->second).second)
-        g.ops.push_back(f.ops[it->second]);
+  g.ops = constants_read(f, s.ops);
   for (size_t i : s.ops) g.ops.push_back(f.ops[i]);
   g.outputs = s.outputs;
   Program h;
@@ -127,7 +105,7 @@ Partition partition(const Program& p, const PartitionOptions& options) {
     Step& st = part.steps[s];
     std::set<std::string> seen;
     for (size_t i : st.ops)
-      for (auto& v : reads(f.ops[i])) {
+      for (auto& v : op_reads(f.ops[i])) {
         if (constants.count(v)) continue;
         auto it = step_of.find(v);
         if (it != step_of.end() && it->second == s) continue;

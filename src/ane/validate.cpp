@@ -3,6 +3,8 @@
 
 #include <vector>
 
+#include "passes/rewriter.h"
+
 namespace milrt::ane {
 namespace {
 
@@ -32,11 +34,6 @@ const std::set<std::string>& supported() {
 }
 
 bool is_float(DType t) { return t == DType::FP16 || t == DType::FP32; }
-
-void vars_of(const Arg& a, std::vector<std::string>& out) {
-  if (a.kind == Arg::Kind::Var) out.push_back(a.var);
-  for (auto& e : a.elems) vars_of(e, out);
-}
 
 std::string check_type(const std::string& op_type, const std::string& role, const std::string& name, const Type& t,
                        int64_t max_dim) {
@@ -91,7 +88,7 @@ std::string host_reason(const Op& op, const TypeTable& types, const std::set<std
     return op.type + ": weight is not a constant (the engine fixes weights at compile time)";
   for (auto& in : op.inputs) {
     std::vector<std::string> vars;
-    vars_of(in.arg, vars);
+    passes::for_each_var(in.arg, [&](const std::string& name) { vars.push_back(name); });
     for (auto& v : vars) {
       if (constants.count(v)) continue;  // attributes (shapes, axes) may be integer constants
       auto it = types.find(v);
