@@ -99,16 +99,20 @@ bool isa_requirements_met(Isa isa, const CpuFeatures& f) {
   return false;
 }
 
+// Throws for a path this CPU cannot run; `what` names who asked ("MILRT_ISA=amx: ").
+void require_usable(Isa isa, const std::string& what) {
+  if (!isa_usable(isa))
+    throw Error(what + "this CPU cannot run the " + std::string(isa_name(isa)) + " kernels (it has: " +
+                cpu_features_string() + "; best path: " + std::string(isa_name(best_isa())) + ")");
+}
+
 Isa read_isa_env() {
   const char* env = std::getenv("MILRT_ISA");
   if (!env || !*env) return best_isa();
   const auto isa = isa_from_name(env);
   if (!isa)
     throw Error(std::string("MILRT_ISA=") + env + ": unknown kernel path (expected generic, avx2, avx512 or amx)");
-  if (!isa_usable(*isa))
-    throw Error(std::string("MILRT_ISA=") + env + ": this CPU cannot run the " + env +
-                " kernels (it has: " + cpu_features_string() + "; best path: " +
-                std::string(isa_name(best_isa())) + ")");
+  require_usable(*isa, std::string("MILRT_ISA=") + env + ": ");
   return *isa;
 }
 
@@ -189,9 +193,7 @@ void set_isa(std::optional<Isa> isa) {
     reload_isa();
     return;
   }
-  if (!isa_usable(*isa))
-    throw Error("this CPU cannot run the " + std::string(isa_name(*isa)) + " kernels (it has: " +
-                cpu_features_string() + "; best path: " + std::string(isa_name(best_isa())) + ")");
+  require_usable(*isa, "");
   g_current_isa.store(int(*isa), std::memory_order_release);
 }
 

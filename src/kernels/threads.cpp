@@ -1,5 +1,7 @@
 #include "kernels/threads.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -185,6 +187,11 @@ int default_cpu_count() {
   if (n <= 0) n = 1;
   if (auto q = cgroup_cpu_quota()) n = std::min(n, cpus_for_quota(*q));
   return n;
+}
+
+int pass_threads(int64_t elements, int64_t pieces) {
+  if (elements < (int64_t(1) << 16) || omp_in_parallel()) return 1;
+  return int(std::max<int64_t>(1, std::min<int64_t>(num_threads(), pieces)));
 }
 
 int num_threads() {

@@ -3,6 +3,7 @@
 // is the same whichever thread computes them.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -14,6 +15,12 @@ namespace milrt::kernels {
 // default).
 int num_threads();
 void set_num_threads(int n);
+
+// Threads for a memory-bound pass over `elements` values split into at most
+// `pieces` independent parts: 1 inside a parallel region or below 2^16
+// values, where waking the threads costs more than they save; else up to
+// num_threads().
+int pass_threads(int64_t elements, int64_t pieces = INT64_MAX);
 
 // The CPUs this process may use: the CPUs in its affinity mask
 // (sched_getaffinity: taskset, cpusets, container --cpuset-cpus), lowered to

@@ -73,7 +73,7 @@ template <class F>
 void parallel_for_each(const Broadcast& bc, F f) {
   const int64_t n = bc.numel();
   const int64_t rows = bc.rank == 0 || bc.dims[bc.rank - 1] == 0 ? 1 : n / bc.dims[bc.rank - 1];
-  const int threads = n >= (int64_t(1) << 16) && !omp_in_parallel() ? int(std::min<int64_t>(num_threads(), rows)) : 1;
+  const int threads = pass_threads(n, rows);
   if (threads <= 1) return for_each_rows(bc, 0, rows, f);
 #pragma omp parallel num_threads(threads)
   {
@@ -146,7 +146,7 @@ void binary(Binary op, const T* a, const T* b, void* out, const Broadcast& bc) {
   bool ca = bc.contiguous(0), cb = bc.contiguous(1);
   auto run = [&](auto fn) {
     if (ca && cb) {
-      const int threads = n >= (int64_t(1) << 16) && !omp_in_parallel() ? num_threads() : 1;
+      const int threads = pass_threads(n);
 #pragma omp parallel for simd num_threads(threads) schedule(static) if (threads > 1)
       for (int64_t i = 0; i < n; ++i) o[i] = fn(a[i], b[i]);
       return;
@@ -213,7 +213,7 @@ inline float tanh_poly(float x) {
 // Large arrays in one chunk per thread (each element is independent, so the
 // results do not depend on the split).
 void exp_activation_threaded(Unary op, const float* x, float* y, int64_t n) {
-  const int threads = n >= (int64_t(1) << 16) && !omp_in_parallel() ? num_threads() : 1;
+  const int threads = pass_threads(n);
   if (threads <= 1) return unary_vectorized_f32(op, x, y, n, 0, 0);
   const int64_t chunk = (n + threads - 1) / threads;
 #pragma omp parallel for num_threads(threads) schedule(static)

@@ -268,9 +268,7 @@ void run_program(const EwProgram& p, const float* const* inputs, float* out, flo
   // gets. Rows are split evenly; each thread has its own registers (the
   // caller's scratch on the first, a per-thread buffer that only grows on
   // the others). Elementwise, so the bits do not depend on the split.
-  const int threads = p.numel >= (int64_t(1) << 16) && !omp_in_parallel()
-                          ? int(std::min<int64_t>(num_threads(), rows))
-                          : 1;
+  const int threads = pass_threads(p.numel, rows);
   if (threads <= 1) return run_rows(p, inputs, out, scratch, 0, rows);
 #pragma omp parallel num_threads(threads)
   {

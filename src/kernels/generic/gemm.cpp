@@ -186,7 +186,7 @@ void pack_a_rows(const MatrixRef& a, int64_t M, int64_t K, int64_t Kp, bool roun
   // On the GEMM's threads once large: with the AMX kernel a training step's
   // per-call A conversion (e.g. dYᵀ [2048, 512] for a weight gradient) took
   // as long as the product when done on one thread. A copy: no effect on the bits.
-  const int threads = M * K >= (int64_t(1) << 16) && !omp_in_parallel() ? num_threads() : 1;
+  const int threads = pass_threads(M * K);
   if (!a.trans) {
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int64_t i = 0; i < M; ++i) {

@@ -94,7 +94,7 @@ ThreadBuffers& thread_buffers() {
 // (about a million elements per GEMM) a single-threaded scalar loop cost
 // more than oneDNN's AMX product itself.
 void convert_dense(const void* src, ElemType from, int64_t rows, int64_t len, int64_t ld, void* dst) {
-  const int threads = rows * len >= (int64_t(1) << 16) && !omp_in_parallel() ? num_threads() : 1;
+  const int threads = pass_threads(rows * len);
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
   for (int64_t r = 0; r < rows; ++r) {
     if (from == ElemType::bf16)
@@ -111,7 +111,7 @@ void convert_dense(const void* src, ElemType from, int64_t rows, int64_t len, in
 // tiles through a local buffer, so reads and writes both stay in cache.
 void convert_dense_transposed(const void* src, ElemType from, int64_t rows, int64_t cols, int64_t ld, void* dst) {
   constexpr int64_t T = 32;
-  const int threads = rows * cols >= (int64_t(1) << 16) && !omp_in_parallel() ? num_threads() : 1;
+  const int threads = pass_threads(rows * cols);
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
   for (int64_t r0 = 0; r0 < rows; r0 += T) {
     const int64_t rb = std::min(T, rows - r0);
