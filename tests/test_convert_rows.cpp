@@ -98,5 +98,25 @@ TEST(ConvertRows, Bf16ToF32IsExactOnEveryPath) {
   });
 }
 
+// The words of a bf16 pair panel: the low half from r0, the high half from
+// r1 (zero when r1 is null), each rounded as f32_to_bf16 rounds.
+TEST(ConvertRows, RowPairToBf16WordsMatchesTheScalarDefinitionOnEveryPath) {
+  const std::vector<float> values = awkward_values();
+  on_every_path([&] {
+    for (int64_t n = 0; n <= 70; ++n)
+      for (bool second : {true, false}) {
+        std::vector<uint32_t> out(size_t(n) + 1, 0xdeadbeefu);
+        const float* r0 = values.data() + 1;
+        const float* r1 = values.data() + 129 - n % 7;
+        kernels::f32_row_pair_to_bf16_words(r0, second ? r1 : nullptr, out.data(), n);
+        for (int64_t i = 0; i < n; ++i) {
+          const uint32_t want = uint32_t(f32_to_bf16(r0[i])) | (second ? uint32_t(f32_to_bf16(r1[i])) << 16 : 0u);
+          ASSERT_EQ(out[size_t(i)], want) << "n " << n << " element " << i << " second row " << second;
+        }
+        ASSERT_EQ(out[size_t(n)], 0xdeadbeefu) << "written past n = " << n;
+      }
+  });
+}
+
 }  // namespace
 }  // namespace milrt

@@ -14,4 +14,11 @@ namespace milrt::kernels {
 void f32_to_bf16_row(const float* src, uint16_t* dst, int64_t n);
 void bf16_to_f32_row(const uint16_t* src, float* dst, int64_t n);
 
+// Two fp32 rows to the 32-bit words of a bf16 pair panel (gemm_micro.h's
+// bf16_pairs B layout): dst[j] = bf16(r0[j]) | bf16(r1[j]) << 16. r1 null
+// stands for a row of zeros (the padding row of an odd K). Packing a weight
+// gradient's B operand (activations [T, N], per call) element by element
+// took a third of the product's time on AMX.
+void f32_row_pair_to_bf16_words(const float* r0, const float* r1, uint32_t* dst, int64_t n);
+
 }  // namespace milrt::kernels

@@ -37,8 +37,10 @@ constexpr std::uintmax_t kMaxCacheFileBytes = 16u << 20;
 constexpr const char* kFormat = "milrt-gemm-tuning";
 // Bumped whenever a candidate kernel changes enough to change winners, so
 // that caches timed on the old kernels are set aside (with one warning line)
-// and timed again. 2: the AMX bf16 kernel and stable-input packing.
-constexpr int kVersion = 2;
+// and timed again. 2: the AMX bf16 kernel and stable-input packing. 3: per-call
+// B and transposed A packed on vector units and threads (own kernels won the
+// weight-gradient products oneDNN had won).
+constexpr int kVersion = 3;
 
 struct Entry {
   GemmBackend winner = GemmBackend::own;

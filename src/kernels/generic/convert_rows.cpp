@@ -10,6 +10,8 @@ void f32_to_bf16_row_avx512(const float* src, uint16_t* dst, int64_t n);
 void bf16_to_f32_row_avx512(const uint16_t* src, float* dst, int64_t n);
 void f32_to_bf16_row_avx2(const float* src, uint16_t* dst, int64_t n);
 void bf16_to_f32_row_avx2(const uint16_t* src, float* dst, int64_t n);
+void f32_row_pair_to_bf16_words_avx512(const float* r0, const float* r1, uint32_t* dst, int64_t n);
+void f32_row_pair_to_bf16_words_avx2(const float* r0, const float* r1, uint32_t* dst, int64_t n);
 #endif
 
 void f32_to_bf16_row(const float* src, uint16_t* dst, int64_t n) {
@@ -28,6 +30,16 @@ void bf16_to_f32_row(const uint16_t* src, float* dst, int64_t n) {
   if (isa == Isa::avx2) return bf16_to_f32_row_avx2(src, dst, n);
 #endif
   for (int64_t i = 0; i < n; ++i) dst[i] = bf16_bits_to_f32(src[i]);
+}
+
+void f32_row_pair_to_bf16_words(const float* r0, const float* r1, uint32_t* dst, int64_t n) {
+#if defined(__x86_64__)
+  const Isa isa = current_isa();
+  if (isa >= Isa::avx512) return f32_row_pair_to_bf16_words_avx512(r0, r1, dst, n);
+  if (isa == Isa::avx2) return f32_row_pair_to_bf16_words_avx2(r0, r1, dst, n);
+#endif
+  for (int64_t i = 0; i < n; ++i)
+    dst[i] = uint32_t(f32_to_bf16_bits(r0[i])) | (r1 ? uint32_t(f32_to_bf16_bits(r1[i])) << 16 : 0u);
 }
 
 }  // namespace milrt::kernels

@@ -213,7 +213,9 @@ void pack_a_rows(const MatrixRef& a, int64_t M, int64_t K, int64_t Kp, bool roun
       const int64_t kb = std::min(T, K - k0);
       for (int64_t kk = 0; kk < kb; ++kk) {
         const Src* row = src + (k0 + kk) * a.ld + i0;
-        for (int64_t ii = 0; ii < ib; ++ii) tile[kk][ii] = convert<Dst>(row[ii], round);
+        if constexpr (std::is_same_v<Dst, uint16_t> && std::is_same_v<Src, float>) f32_to_bf16_row(row, tile[kk], ib);
+        else
+          for (int64_t ii = 0; ii < ib; ++ii) tile[kk][ii] = convert<Dst>(row[ii], round);
       }
       for (int64_t ii = 0; ii < ib; ++ii) {
         Dst* d = dst + (i0 + ii) * lda_p + k0;
@@ -225,15 +227,61 @@ void pack_a_rows(const MatrixRef& a, int64_t M, int64_t K, int64_t Kp, bool roun
   }
 }
 
+// One bf16 pair panel from fp32 B on the vector path (convert_rows.h): the
+// columns [jbase, jbase + width) of op(B)[K, N], zero past width and K.
+void pack_bf16_pair_panel(const MatrixRef& b, int64_t K, int64_t Kp, int64_t jbase, int64_t width, int nr,
+                          uint32_t* words) {
+  const auto* src = static_cast<const float*>(b.data);
+  const int64_t pairs = Kp / 2;
+  if (!b.trans) {
+    // Stored rows 2q and 2q+1 are the two halves of pair row q.
+    for (int64_t q = 0; q < pairs; ++q) {
+      uint32_t* w = words + q * nr;
+      const float* r0 = src + 2 * q * b.ld + jbase;
+      f32_row_pair_to_bf16_words(r0, 2 * q + 1 < K ? r0 + b.ld : nullptr, w, width);
+      std::fill(w + width, w + nr, 0u);
+    }
+    return;
+  }
+  // Stored [N, K]: column j's pairs are adjacent in its stored row, so the
+  // row converted to bf16 is already its words; they go to every nr-th word.
+  constexpr int64_t kChunk = 256;  // k values per conversion, even
+  alignas(64) uint16_t row[kChunk];
+  for (int64_t j = 0; j < width; ++j) {
+    const float* r = src + (jbase + j) * b.ld;
+    for (int64_t k0 = 0; k0 < Kp; k0 += kChunk) {
+      const int64_t kb = std::min(kChunk, Kp - k0), real = std::max<int64_t>(0, std::min(kb, K - k0));
+      f32_to_bf16_row(r + k0, row, real);
+      std::fill(row + real, row + kb, uint16_t(0));
+      for (int64_t q = 0; q < kb / 2; ++q) {
+        uint32_t w;
+        std::memcpy(&w, row + 2 * q, 4);
+        words[(k0 / 2 + q) * nr + j] = w;
+      }
+    }
+  }
+  for (int64_t q = 0; q < pairs && width < nr; ++q) std::fill(words + q * nr + width, words + (q + 1) * nr, 0u);
+}
+
 // Columns [j0, j0 + ncols) of op(B)[K, N] -> NR-wide panels (layout in gemm_micro.h).
 template <class Dst, class Src>
 void pack_b_panels(const MatrixRef& b, int64_t K, int64_t Kp, int64_t j0, int64_t ncols, int nr, PackFormat fmt,
                    bool round, Dst* dst) {
   const int64_t panels = (ncols + nr - 1) / nr;
+  // Panels are independent: on the GEMM's threads once large (the driver
+  // packs per-call B before its parallel region).
+  const int threads = pass_threads(K * ncols, panels);
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
   for (int64_t p = 0; p < panels; ++p) {
     Dst* panel = dst + p * Kp * nr;
     const int64_t jbase = j0 + p * nr;
     const int64_t width = std::min<int64_t>(nr, j0 + ncols - jbase);
+    if constexpr (std::is_same_v<Dst, uint16_t> && std::is_same_v<Src, float>) {
+      if (fmt == PackFormat::bf16_pairs) {
+        pack_bf16_pair_panel(b, K, Kp, jbase, width, nr, reinterpret_cast<uint32_t*>(panel));
+        continue;
+      }
+    }
     // Index of element (k, j) inside the panel.
     auto idx = [&](int64_t k, int64_t j) {
       return fmt == PackFormat::f32 ? k * nr + j : (k / 2) * 2 * nr + 2 * j + (k & 1);

@@ -29,6 +29,14 @@ __attribute__((target("avx2"))) inline void sixteen(const float* s, uint16_t* d)
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xd8));
 }
 
+// Eight words of a bf16 pair row (see f32_row_pair_to_bf16_words); b null: zeros.
+__attribute__((target("avx2"))) inline void eight(const float* a, const float* b, uint32_t* d) {
+  const __m256i lo = to_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)));
+  const __m256i hi = b ? _mm256_slli_epi32(to_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b))), 16)
+                       : _mm256_setzero_si256();
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), _mm256_or_si256(lo, hi));
+}
+
 }  // namespace
 
 __attribute__((target("avx2"))) void f32_to_bf16_row_avx2(const float* src, uint16_t* dst, int64_t n) {
@@ -53,6 +61,21 @@ __attribute__((target("avx2"))) void bf16_to_f32_row_avx2(const uint16_t* src, f
   for (; i < n; ++i) {
     const uint32_t x = uint32_t(src[i]) << 16;
     std::memcpy(dst + i, &x, 4);
+  }
+}
+
+__attribute__((target("avx2"))) void f32_row_pair_to_bf16_words_avx2(const float* r0, const float* r1, uint32_t* dst,
+                                                                     int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) eight(r0 + i, r1 ? r1 + i : nullptr, dst + i);
+  if (i < n) {
+    // The tail through zero-padded copies.
+    float a[8] = {}, b[8] = {};
+    uint32_t out[8];
+    std::memcpy(a, r0 + i, size_t(n - i) * 4);
+    if (r1) std::memcpy(b, r1 + i, size_t(n - i) * 4);
+    eight(a, r1 ? b : nullptr, out);
+    std::memcpy(dst + i, out, size_t(n - i) * 4);
   }
 }
 

@@ -35,5 +35,15 @@ __attribute__((target("avx512f"))) void bf16_to_f32_row_avx512(const uint16_t* s
   }
 }
 
+__attribute__((target("avx512f"))) void f32_row_pair_to_bf16_words_avx512(const float* r0, const float* r1,
+                                                                          uint32_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1);
+    const __m512i lo = bf16_lanes(_mm512_maskz_loadu_epi32(m, r0 + i));
+    const __m512i hi = r1 ? _mm512_slli_epi32(bf16_lanes(_mm512_maskz_loadu_epi32(m, r1 + i)), 16) : _mm512_setzero_si512();
+    _mm512_mask_storeu_epi32(dst + i, m, _mm512_or_si512(lo, hi));
+  }
+}
+
 }  // namespace milrt::kernels
 #endif
