@@ -117,7 +117,7 @@ json entry(int64_t m, int64_t n, int64_t kk, bool ta, bool tb, bool b_const, con
 // A valid cache naming `winner` for both products of two_gemms().
 std::string cache_for_two_gemms(const std::string& winner) {
   json j = {{"format", "milrt-gemm-tuning"},
-            {"version", 2},
+            {"version", rt::kGemmTuningCacheVersion},
             {"cpu", rt::cpu_model_name()},
             {"entries", {entry(8, 48, 64, false, true, true, winner), entry(8, 32, 64, false, false, false, winner)}}};
   return j.dump(1);

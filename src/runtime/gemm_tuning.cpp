@@ -35,12 +35,6 @@ constexpr int kMaxPairs = 15;
 // A cache file is a few KB; anything far larger is not one of ours.
 constexpr std::uintmax_t kMaxCacheFileBytes = 16u << 20;
 constexpr const char* kFormat = "milrt-gemm-tuning";
-// Bumped whenever a candidate kernel changes enough to change winners, so
-// that caches timed on the old kernels are set aside (with one warning line)
-// and timed again. 2: the AMX bf16 kernel and stable-input packing. 3: per-call
-// B and transposed A packed on vector units and threads (own kernels won the
-// weight-gradient products oneDNN had won).
-constexpr int kVersion = 3;
 
 struct Entry {
   GemmBackend winner = GemmBackend::own;
@@ -133,7 +127,7 @@ std::optional<std::map<std::string, std::pair<KeyFields, Entry>>> read_cache_fil
   const json j = json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return why = "not valid JSON (truncated?)", std::nullopt;
   if (!j.is_object() || j.value("format", json()) != kFormat) return why = "not a milrt GEMM tuning file", std::nullopt;
-  if (j.value("version", json()) != kVersion) return why = "written by another milrt version (timed again)", std::nullopt;
+  if (j.value("version", json()) != kGemmTuningCacheVersion) return why = "written by another milrt version (timed again)", std::nullopt;
   const json cpu = j.value("cpu", json());
   if (!cpu.is_string()) return why = "no \"cpu\"", std::nullopt;
   if (cpu.get<std::string>() != cpu_model_name())
@@ -188,7 +182,7 @@ std::string cache_json(const Cache& c) {
                        {"winner", std::string(gemm_backend_name(e.winner))}, {"own_ms", e.own_ms},
                        {"onednn_ms", e.onednn_ms ? json(*e.onednn_ms) : json(nullptr)}});
   }
-  json j = {{"format", kFormat}, {"version", kVersion}, {"cpu", cpu_model_name()}, {"entries", entries}};
+  json j = {{"format", kFormat}, {"version", kGemmTuningCacheVersion}, {"cpu", cpu_model_name()}, {"entries", entries}};
   return j.dump(1) + "\n";
 }
 

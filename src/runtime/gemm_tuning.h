@@ -45,6 +45,13 @@ std::string_view tune_mode_name(TuneMode m);  // "off", "readonly", "on"
 // MILRT_TUNE (unset or empty: on). Throws milrt::Error naming the variable for another value.
 TuneMode tune_mode_from_env();
 
+// The cache file's "version". Bumped whenever a candidate kernel changes enough
+// to change winners, so that caches timed on the old kernels are set aside
+// (with one warning line) and timed again. 2: the AMX bf16 kernel and
+// stable-input packing. 3: per-call B and transposed A packed on vector units
+// and threads (own kernels won the weight-gradient products oneDNN had won).
+inline constexpr int kGemmTuningCacheVersion = 3;
+
 inline constexpr double kShapeBudgetMs = 100;
 inline constexpr double kCompileBudgetMs = 3000;
 inline constexpr double kMaxScratchBytes = 512.0 * 1024 * 1024;
