@@ -141,6 +141,18 @@ struct CompileOptions {
   // inputs_changed() leaves the plan computing with the values it packed
   // last. A name that is not an input of the function is an error.
   std::vector<std::string> stable_inputs;
+  // Outputs that accumulate: each run adds the output's value to what its
+  // memory holds (out += value) instead of overwriting it, the gradient
+  // accumulation of a training step's micro-batches. Where the value is a
+  // matrix product the sum is the GEMM's residual, computed in place (no
+  // separate pass over memory); an elementwise value adds it in its loop.
+  // The memory is the output's bound memory, or for run(inputs) and unbound
+  // outputs the plan's own output buffer (zero after compile), which the
+  // returned tensors copy. The caller zeroes bound memory to start a new
+  // sum. Each name must be a distinct fp32 tensor output computed by an op
+  // (an Error otherwise); it cannot also be a state alias or a tap, nor be
+  // combined with numerics fp16.
+  std::vector<std::string> accumulate_outputs;
 };
 
 // Throws the Error compile() throws when CompileOptions::taps names a value

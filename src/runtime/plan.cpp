@@ -21,6 +21,7 @@
 #include "milrt/mil.h"
 #include "milrt/passes.h"
 #include "milrt/plan.h"
+#include "runtime/accumulate_outputs.h"
 #include "runtime/lowering.h"
 #include "runtime/memory_plan.h"
 #include "runtime/numerics.h"
@@ -209,6 +210,10 @@ struct Plan::Impl {
   bool input_via_buffer(size_t i) const { return fp16 && inputs[i].dtype == DType::FP16; }
   bool output_via_buffer(size_t i) const { return output_bound_dtype[i] != vals[size_t(output_ids[i])].dtype; }
   std::vector<WriteBack> write_backs;
+  // CompileOptions::accumulate_outputs whose add could not run in place: the
+  // output memory's old contents, copied into the accumulator's own buffer
+  // before the steps. {output value, accumulator value}.
+  std::vector<std::pair<int, int>> accumulator_copies;
   std::vector<int> view_ids;
   std::vector<uint8_t> arena;
   rt::Frame frame;
@@ -356,6 +361,7 @@ struct Plan::Impl {
   }
   void run_steps() {
     taps_valid = false;
+    for (auto [sum, acc] : accumulator_copies) std::memcpy(frame.ptr[size_t(acc)], frame.ptr[size_t(sum)], vals[size_t(acc)].bytes());
     if (profiling) [[unlikely]] {
       run_steps_profiled();
     } else {
@@ -529,6 +535,18 @@ std::unordered_map<std::string, Type> value_types(const Function& f) {
 // whose stored elements have the output's size.
 std::vector<std::string> in_place_inputs(const Op& op, const std::unordered_map<std::string, Type>& types) {
   std::vector<std::string> r;
+  // A GEMM reads each residual tile just before it writes that tile of C
+  // (kernels/gemm.h, weight_gemm.h; the oneDNN step copies it aside), so C may
+  // be its residual, unless the residual is also an operand of the product.
+  if (op.type == "milrt_gemm" && op.outputs.size() == 1) {
+    const Arg* res = op.arg("residual");
+    if (!res || res->kind != Arg::Kind::Var) return r;
+    for (const char* k : {"x", "y", "bias"})
+      if (const Arg* a = op.arg(k); a && a->kind == Arg::Kind::Var && a->var == res->var) return r;
+    auto it = types.find(res->var);
+    if (it != types.end() && it->second == op.outputs[0].type) r.push_back(res->var);
+    return r;
+  }
   if (op.outputs.size() != 1 || !rt::in_place_allowed(op.type)) return r;
   const Type& out = op.outputs[0].type;
   if (!out.is_tensor() || out.dtype == DType::String) return r;
@@ -733,6 +751,13 @@ Plan compile(const Program& program, const CompileOptions& options) {
   P.fp16 = options.numerics == CompileOptions::Numerics::fp16;
   if (P.fp16 && options.matmul_precision == CompileOptions::MatmulPrecision::bf16)
     throw Error("error: numerics fp16 and matmul precision bf16 cannot be combined (bf16 operands are not fp16 numerics)");
+  for (const std::string& name : options.accumulate_outputs) {
+    const std::string what = "error: accumulated output '" + name + "' ";
+    if (P.fp16) throw Error(what + "cannot be combined with numerics fp16");
+    if (options.state_aliases.count(name)) throw Error(what + "cannot also be a state alias");
+    if (contains(taps, name)) throw Error(what + "cannot also be tapped");
+  }
+  const std::vector<rt::OutputAccumulator> accumulators = rt::add_output_accumulators(*fn, options.accumulate_outputs);
   run_passes(P.program, P.fp16 ? rt::passes_for_fp16(options.passes) : options.passes);
   fn = P.program.function(options.function);
   // An op with blocks reads the values its blocks capture: liveness, the
@@ -766,8 +791,29 @@ Plan compile(const Program& program, const CompileOptions& options) {
                   " but the input is " + prm->type.str());
   }
 
+  // Accumulators of accumulate_outputs: a view of the output's memory when
+  // the op computing the sum is their only reader and reads them in place
+  // (an elementwise add, a GEMM's residual); else a buffer of their own
+  // that run() fills from the output memory before the steps.
+  std::map<std::string, bool> accumulator_in_place;  // accumulator parameter -> in place
+  for (const rt::OutputAccumulator& a : accumulators) {
+    int def = -1;
+    for (int i = 0; i < n_ops; ++i)
+      for (auto& o : fn->ops[size_t(i)].outputs)
+        if (o.name == a.sum) def = i;
+    bool direct = def >= 0;
+    for (int at : uses_at(a.acc)) direct &= at == def;
+    accumulator_in_place[a.acc] = direct && contains(in_place_inputs(fn->ops[size_t(def)], types), a.acc);
+  }
+
   // Parameters: run()'s inputs, or persistent states.
   for (auto& prm : fn->params) {
+    if (auto acc = accumulator_in_place.find(prm.name); acc != accumulator_in_place.end()) {
+      const int id = P.add_val(prm.name, prm.type.dtype, prm.type.shape, acc->second ? Kind::View : Kind::Output);
+      if (acc->second) P.view_ids.push_back(id);  // its root, the output, is set once lowered
+      else P.vals[size_t(id)].storage = int(P.buffers.size()), P.buffers.emplace_back(P.vals[size_t(id)].dtype, prm.type.shape);
+      continue;
+    }
     const bool state = is_state_param(prm) || alias_of_input.count(prm.name);
     const Type& ty = is_state_param(prm) ? prm.type.elems[0] : prm.type;
     const char* what = state ? "state" : "input";
@@ -982,6 +1028,12 @@ Plan compile(const Program& program, const CompileOptions& options) {
   }
 
   gemm_tuner.flush();  // once per compile: one write of the cache file
+  for (const rt::OutputAccumulator& a : accumulators) {
+    const int acc = P.ids.at(a.acc), sum = P.ids.at(a.sum);
+    if (P.vals[size_t(sum)].kind != Kind::Output) throw Error("internal: accumulated output '" + a.port + "' is not computed in output memory");
+    if (P.vals[size_t(acc)].kind == Kind::View) P.vals[size_t(acc)].alias = sum;
+    else P.accumulator_copies.push_back({sum, acc});
+  }
 
   for (const std::string& name : std::span(fn->outputs).first(n_outputs)) {
     auto it = P.ids.find(name);
@@ -989,7 +1041,10 @@ Plan compile(const Program& program, const CompileOptions& options) {
     const Type& ty = types.at(name);
     if (const Param* prm = fn->param(name); prm && is_state_param(*prm))
       throw Error("error: output '" + name + "' is a state: return read_state of it instead");
-    P.outputs.push_back({name, ty.dtype, P.vals[size_t(it->second)].shape});
+    std::string port = name;
+    for (const rt::OutputAccumulator& a : accumulators)
+      if (a.sum == name) port = a.port;
+    P.outputs.push_back({port, ty.dtype, P.vals[size_t(it->second)].shape});
     P.output_ids.push_back(it->second);
   }
   for (const std::string& name : taps) {
