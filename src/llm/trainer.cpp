@@ -72,10 +72,8 @@ void own_weights(TensorMap& weights) {
     if (!t.empty()) t = t.clone();
 }
 
-// grads += micro: the sum over a step's micro-batches (the first one is
-// computed into grads directly).
-void accumulate_gradients(TensorMap& grads, const TensorMap& micro) {
-  for (auto& [name, g] : grads) kernels::add_into_f32(g.mutable_ptr<float>(), micro.at(name).ptr<float>(), g.numel());
+void zero_gradients(TensorMap& grads) {
+  for (auto& [name, g] : grads) kernels::zero_f32(g.mutable_ptr<float>(), g.numel());
 }
 
 void scale_gradients(TensorMap& grads, double s) {
@@ -249,6 +247,11 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
   // across the micro-steps in between (inputs_changed() after each update).
   if (opt.stable_weights)
     for (const WeightSpec& w : task.weights) step_options.stable_inputs.push_back(w.name);
+  // Micro-steps add their gradients into the step's sums as they compute
+  // them: a weight gradient's GEMM takes the sum as its residual (C += dYᵀ·X
+  // in place) instead of writing a product that a second pass adds.
+  if (opt.accum > 1)
+    for (const WeightSpec& w : task.weights) step_options.accumulate_outputs.push_back(w.name + "_grad");
   Plan step_plan = compile(derived, step_options);
   CompileOptions eval_options;
   eval_options.matmul_precision = opt.precision;
@@ -264,19 +267,18 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
   // rank's sampler stays at the same place in the one shared stream.
   TensorMap others = world > 1 ? make_data_inputs(*fwd, task.weights) : TensorMap{};
   std::vector<float> bucket;
-  TensorMap grads, micro;  // micro: one micro-step's gradients when accumulating
+  TensorMap grads;
   for (size_t i = 0; i < task.weights.size(); ++i) {
     const WeightSpec& w = task.weights[i];
     grads[w.name] = zero ? Tensor(DType::FP32, w.shape, flat_g, size_t(layout.entries[i].offset) * sizeof(float))
                          : Tensor(DType::FP32, w.shape);
-    if (opt.accum > 1) micro[w.name] = Tensor(DType::FP32, w.shape);
   }
   float loss = 0, eval_loss = 0;
   for (auto& [name, t] : data) step_plan.bind(name, t), eval_plan.bind(name, t);
   for (const WeightSpec& w : task.weights) {
     step_plan.bind(w.name, weights.at(w.name));
     eval_plan.bind(w.name, weights.at(w.name));
-    step_plan.bind(w.name + "_grad", (opt.accum > 1 ? micro : grads).at(w.name));
+    step_plan.bind(w.name + "_grad", grads.at(w.name));
   }
   step_plan.bind("loss", &loss);
   eval_plan.bind("loss", &eval_loss);
@@ -421,20 +423,17 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
       for (int r = 0; r < world; ++r) task.next_batch(r == rank ? data : others, /*validation=*/false);
       t_data.push_back(ms_since(t0));
       span("data", t0);
-      t0 = Clock::now();
-      // The first micro-step writes its gradients into grads, the others
-      // into micro, added after: no copy pass for the first.
-      if (opt.accum > 1 && a <= 1)
-        for (const WeightSpec& w : task.weights) step_plan.bind(w.name + "_grad", (a == 0 ? grads : micro).at(w.name));
-      step_plan.run();
-      t_fb.push_back(ms_since(t0));
-      loss_sum += loss;
-      if (opt.accum > 1 && a > 0) {
+      if (opt.accum > 1 && a == 0) {
+        // The step plan accumulates into grads (accumulate_outputs): start the sums at zero.
         t0 = Clock::now();
-        accumulate_gradients(grads, micro);
+        zero_gradients(grads);
         t_acc.push_back(ms_since(t0));
         span("accumulate", t0);
       }
+      t0 = Clock::now();
+      step_plan.run();
+      t_fb.push_back(ms_since(t0));
+      loss_sum += loss;
     }
     auto t0 = Clock::now();
     if (opt.accum > 1 || scaling) scale_gradients(grads, 1.0 / (double(opt.accum) * scale));
@@ -542,7 +541,7 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
       if (live) std::fprintf(stderr, "\r\033[K%s\n", line.c_str());
       std::printf("  [batch %lld: %lld micro-steps in %.0f ms, %.1f ms each] fwd+bwd %.1f | accumulate %.2f | optimizer %.2f | data %.3f ms/micro-step\n",
                   (long long)(step + 1), (long long)opt.accum, ms, ms / double(opt.accum), mean_last(t_fb, n),
-                  opt.accum > 1 ? mean_last(t_acc, n - 1) * double(n - 1) / double(n) : 0.0, t_opt.back() / double(opt.accum), mean_last(t_data, n));
+                  opt.accum > 1 && !t_acc.empty() ? t_acc.back() / double(n) : 0.0, t_opt.back() / double(opt.accum), mean_last(t_data, n));
       std::fflush(stdout);
     }
     if (profiling && step == log.first_step && !last) {  // the first step warmed up: profile from the next

@@ -120,7 +120,7 @@ struct TrainLog {
   struct Row { int64_t step; double loss, val_loss, lr, grad_norm, ms; };  // val_loss NaN when not evaluated
   std::vector<Row> rows;
   double ms_fwd_bwd = 0, ms_fwd = 0, ms_optimizer = 0, ms_data = 0;  // medians per micro-step (optimizer per step)
-  double ms_accumulate = 0;          // median time of adding a micro-step's gradients to the step's (accum > 1; not the first, computed in place)
+  double ms_accumulate = 0;          // median time of zeroing the gradient sums, once per optimizer step (accum > 1; the step plan adds into them)
   // This call's totals: compiling both plans, the training steps (evaluations
   // excluded), and everything from entering train() to the last save.
   double compile_ms = 0, train_ms = 0, wall_ms = 0;

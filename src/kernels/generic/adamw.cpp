@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kernels/cpu_features.h"
@@ -73,13 +74,8 @@ void adamw_update_f32(float* param, const float* grad, float* m, float* v, int64
   for_chunks(n, [&](int64_t b, int64_t len) { update_range(param + b, grad + b, m + b, v + b, len, s); });
 }
 
-void add_into_f32(float* acc, const float* x, int64_t n) {
-  for_chunks(n, [&](int64_t b, int64_t len) {
-    float* __restrict d = acc + b;
-    const float* __restrict s = x + b;
-#pragma omp simd
-    for (int64_t i = 0; i < len; ++i) d[i] += s[i];
-  });
+void zero_f32(float* x, int64_t n) {
+  for_chunks(n, [&](int64_t b, int64_t len) { std::memset(x + b, 0, size_t(len) * sizeof(float)); });
 }
 
 void scale_f32(float* x, float s, int64_t n) {

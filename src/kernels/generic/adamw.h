@@ -21,11 +21,12 @@ void adamw_update_f32(float* param, const float* grad, float* m, float* v, int64
 // result does not depend on the thread count.
 double sum_squares_f32(const float* x, int64_t n);
 
-// acc[i] += x[i] (a step's gradients summed over its micro-batches) and
-// x[i] *= s (their mean, or loss scaling undone). Memory-bound passes over
-// every weight's gradient, on num_threads() threads in chunks; element-wise,
-// so the bits do not depend on the thread count.
-void add_into_f32(float* acc, const float* x, int64_t n);
+// x[i] = 0 (a step's gradient sums before its first micro-batch adds in;
+// NaN and inf from an overflowed step are cleared too) and x[i] *= s (their
+// mean, or loss scaling undone). Memory-bound passes over every weight's
+// gradient, on num_threads() threads in chunks; element-wise, so the bits do
+// not depend on the thread count.
+void zero_f32(float* x, int64_t n);
 void scale_f32(float* x, float s, int64_t n);
 
 }  // namespace milrt::kernels
