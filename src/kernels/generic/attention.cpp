@@ -68,7 +68,7 @@ void attention_f32(const float* q, const float* k, const float* v, float* o, con
       const int64_t bk = std::min(kTileK, kend - j0);
       gemm(bq, bk, sh.d, MatrixRef{q + i0 * sh.d, ElemType::f32, sh.d, false},
            MatrixRef{k + j0 * sh.d, ElemType::f32, sh.d, true}, OutputRef{sc.s, ElemType::f32, kTileK},
-           Epilogue{.alpha = sh.scale});
+           Epilogue{.alpha = sh.scale}, sh.math);
       bool causal_cut = sh.causal && j0 + bk - 1 > i0 + offset;  // some row of the tile sees fewer keys
       if (mask.kind != AttentionMaskKind::none || causal_cut) {
         AttentionShape cut = sh;
@@ -89,7 +89,7 @@ void attention_f32(const float* q, const float* k, const float* v, float* o, con
       }
       gemm(bq, sh.dv, bk, MatrixRef{sc.s, ElemType::f32, kTileK, false},
            MatrixRef{v + j0 * sh.dv, ElemType::f32, sh.dv, false}, OutputRef{ob, ElemType::f32, sh.dv},
-           Epilogue{.residual = ob, .residual_type = ElemType::f32, .residual_ld = sh.dv});
+           Epilogue{.residual = ob, .residual_type = ElemType::f32, .residual_ld = sh.dv}, sh.math);
     }
     for (int64_t r = 0; r < bq; ++r) {
       // l = 0: the row saw no key; 0/0 as the reference gives.

@@ -13,6 +13,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/gemm.h"
+
 namespace milrt::kernels {
 
 enum class AttentionMaskKind : uint8_t {
@@ -33,6 +35,10 @@ struct AttentionShape {
   int64_t tq = 0, tk = 0, d = 0, dv = 0;
   float scale = 1;
   bool causal = false;
+  // The products' math (kernels/gemm.h): bf16 rounds their operands (Q, K, V,
+  // the probabilities and, backward, dO and dS) to bf16 and accumulates in
+  // fp32, as the AMX kernels do; on avx512_bf16 it runs on vdpbf16ps.
+  GemmMath math = GemmMath::fp32;
 };
 
 // Adds the mask and, when s.causal, the causal limit (-inf) to the scores of

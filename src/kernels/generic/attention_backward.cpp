@@ -36,7 +36,7 @@ void scores_tile(const float* q, const float* k, float* s, int64_t i0, int64_t b
                  const AttentionShape& sh, const AttentionMask& mask) {
   gemm(bq, bk, sh.d, MatrixRef{q + i0 * sh.d, ElemType::f32, sh.d, false},
        MatrixRef{k + j0 * sh.d, ElemType::f32, sh.d, true}, OutputRef{s, ElemType::f32, kBlockK},
-       Epilogue{.alpha = sh.scale});
+       Epilogue{.alpha = sh.scale}, sh.math);
   const bool cut = tile_cut(sh, i0, j0, bk);
   if (mask.kind != AttentionMaskKind::none || cut) {
     AttentionShape c = sh;
@@ -113,7 +113,10 @@ void attention_backward_f32(const float* q, const float* k, const float* v, cons
     row_lse(q, k, lse_own, s, l, sh, mask);
     lse = lse_own;
   }
-  for (int64_t i = 0; i < sh.tq; ++i) drow[i] = dot_row_f32(dout + i * sh.dv, o + i * sh.dv, sh.dv);
+  // A row that sees no key has P = 0 and a NaN output row (the forward's
+  // 0/0): its D_i is 0, or 0·(dP − NaN) would spread NaN into dK and dV.
+  for (int64_t i = 0; i < sh.tq; ++i)
+    drow[i] = lse[i] == kNegInf ? 0.0f : dot_row_f32(dout + i * sh.dv, o + i * sh.dv, sh.dv);
 
   for (int64_t j0 = 0; j0 < sh.tk; j0 += kBlockK) {
     const int64_t bk = std::min(kBlockK, sh.tk - j0), i0 = first_query(sh, j0), bq = sh.tq - i0;
@@ -129,15 +132,15 @@ void attention_backward_f32(const float* q, const float* k, const float* v, cons
     float* dvb = dv + j0 * sh.dv;
     float* dqb = dq + i0 * sh.d;
     gemm(bk, sh.dv, bq, MatrixRef{s, ElemType::f32, kBlockK, true}, MatrixRef{dob, ElemType::f32, sh.dv, false},
-         OutputRef{dvb, ElemType::f32, sh.dv});
+         OutputRef{dvb, ElemType::f32, sh.dv}, Epilogue{}, sh.math);
     gemm(bq, bk, sh.dv, MatrixRef{dob, ElemType::f32, sh.dv, false}, MatrixRef{v + j0 * sh.dv, ElemType::f32, sh.dv, true},
-         OutputRef{dp, ElemType::f32, kBlockK});
+         OutputRef{dp, ElemType::f32, kBlockK}, Epilogue{}, sh.math);
     for (int64_t r = 0; r < bq; ++r) softmax_grad_row_f32(s + r * kBlockK, dp + r * kBlockK, bk, drow[i0 + r]);
     gemm(bq, sh.d, bk, MatrixRef{dp, ElemType::f32, kBlockK, false}, MatrixRef{k + j0 * sh.d, ElemType::f32, sh.d, false},
          OutputRef{dqb, ElemType::f32, sh.d},
-         Epilogue{.alpha = sh.scale, .residual = dqb, .residual_type = ElemType::f32, .residual_ld = sh.d});
+         Epilogue{.alpha = sh.scale, .residual = dqb, .residual_type = ElemType::f32, .residual_ld = sh.d}, sh.math);
     gemm(bk, sh.d, bq, MatrixRef{dp, ElemType::f32, kBlockK, true}, MatrixRef{q + i0 * sh.d, ElemType::f32, sh.d, false},
-         OutputRef{dkb, ElemType::f32, sh.d}, Epilogue{.alpha = sh.scale});
+         OutputRef{dkb, ElemType::f32, sh.d}, Epilogue{.alpha = sh.scale}, sh.math);
   }
 }
 

@@ -108,7 +108,8 @@ AttentionGeom attention_geom(const Op& op, LowerCtx& ctx, const AttentionInputs&
     throw_op_error(op, "q, k and v must have rank >= 2");
   auto back = [](const Shape& s, size_t i) { return s[s.size() - i]; };
   AttentionGeom g;
-  g.sh = {back(q.shape, 2), back(k.shape, 2), back(q.shape, 1), back(v.shape, 1), scale, causal};
+  g.sh = {back(q.shape, 2), back(k.shape, 2), back(q.shape, 1), back(v.shape, 1), scale, causal,
+          ctx.bf16_matmuls ? kernels::GemmMath::bf16 : kernels::GemmMath::fp32};
   if (back(k.shape, 1) != g.sh.d || back(v.shape, 2) != g.sh.tk)
     throw_op_error(op, "k must be [..., Tk, D] and v [..., Tk, Dv] for q [..., Tq, D]");
   auto offsets_of = [&](const ValueRef& x, const char* what) {
@@ -144,7 +145,8 @@ double attention_flops(const AttentionGeom& g) { return 2.0 * double(g.qo.size()
 
 // CompileOptions::matmul_precision bf16 on the AMX path with a head size the
 // AMX kernels take (kernels/attention_amx.h): both attention steps use them
-// (bf16 products, fp32 accumulation); otherwise the fp32 kernels.
+// (bf16 products, fp32 accumulation); otherwise the vector kernels, whose
+// products take the same bf16 operands (vdpbf16ps on avx512_bf16).
 bool use_amx_attention(const LowerCtx& ctx, const AttentionGeom& g) {
   return ctx.bf16_matmuls && kernels::current_isa() == kernels::Isa::amx && kernels::attention_amx_usable() &&
          kernels::attention_amx_supports(g.sh, g.mask);
@@ -160,7 +162,7 @@ std::unique_ptr<Step> lower_attention_with(const Op& op, LowerCtx& ctx, const At
   const size_t scratch_floats =
       amx ? kernels::attention_amx_scratch_floats(g->sh) : kernels::attention_scratch_floats(g->sh);
   const double slice_macs = attention_slice_macs(g->sh);
-  auto step = make_step(amx ? "attention[bf16][amx]" : "attention", op, [=](const Frame& f) {
+  auto step = make_step(amx ? "attention[bf16][amx]" : ctx.bf16_matmuls ? "attention[bf16]" : "attention", op, [=](const Frame& f) {
     const float *pq = f.at<float>(g->iq), *pk = f.at<float>(g->ik), *pv = f.at<float>(g->iv);
     float* po = f.at<float>(io);
     float* plse = ilse >= 0 ? f.at<float>(ilse) : nullptr;
@@ -196,7 +198,7 @@ std::unique_ptr<Step> lower_milrt_attention_grad(const Op& op, LowerCtx& ctx) {
   const int io = o.id, idout = dout.id, idq = dq.id, idk = dk.id, idv = dv.id;
   const double slice_macs = attention_slice_macs(g->sh);
   const bool amx = use_amx_attention(ctx, *g);
-  auto step = make_step(amx ? "attention_grad[bf16][amx]" : "attention_grad", op, [=](const Frame& f) {
+  auto step = make_step(amx ? "attention_grad[bf16][amx]" : ctx.bf16_matmuls ? "attention_grad[bf16]" : "attention_grad", op, [=](const Frame& f) {
     const kernels::AttentionShape& sh = g->sh;
     const float *pq = f.at<float>(g->iq), *pk = f.at<float>(g->ik), *pv = f.at<float>(g->iv);
     const float *po = f.at<float>(io), *pdo = f.at<float>(idout);

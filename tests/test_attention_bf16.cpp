@@ -1,9 +1,12 @@
-// The AMX bf16 fused attention kernels (src/kernels/x86/attention_amx.cpp)
-// against a plain fp64 forward and backward written here, and compiled plans
-// with matmul_precision bf16 against the fp32 plans (milrt_attention with
-// milrt_attention_grad as written, and a loss differentiated by
-// milrt::differentiate). Every test but Supports skips, saying so, on a
-// machine without AMX bf16.
+// The bf16 fused attention kernels against a plain fp64 forward and backward
+// written here: the AMX kernels (src/kernels/x86/attention_amx.cpp) and the
+// vector kernels with GemmMath::bf16 (src/kernels/generic/attention*.cpp:
+// vdpbf16ps on avx512_bf16, bf16 operands emulated in fp32 elsewhere), which
+// round the same operands. Then compiled plans with matmul_precision bf16
+// against the fp32 plans (milrt_attention with milrt_attention_grad as
+// written, and a loss differentiated by milrt::differentiate), on whichever
+// of the two kernels this machine's ISA chooses. The AMX kernel tests skip,
+// saying so, on a machine without AMX bf16; the rest run everywhere.
 //
 // Operands: the test rounds Q, K, V and dO to bf16 itself (milrt::f32_to_bf16)
 // and hands the kernel those values, so the kernel's own conversion of them is
@@ -174,7 +177,9 @@ std::vector<float> bf16_values(std::vector<float> x) {
   return x;
 }
 
-double run_case(const Case& c, uint64_t seed) {
+enum class Kernels { amx, vector_bf16 };
+
+double run_case(const Case& c, uint64_t seed, Kernels kernels) {
   SCOPED_TRACE(name(c));
   std::mt19937_64 rng(seed);
   auto uniform = [&](int64_t n, double r) {
@@ -199,19 +204,21 @@ double run_case(const Case& c, uint64_t seed) {
   const double scale = c.scale != 0 ? c.scale : 1.0 / std::sqrt(double(c.d));
   const Ref want = reference(c, q, k, v, dout, fmask, bmask, scale);
 
-  AttentionShape sh{c.tq, c.tk, c.d, c.dv, float(scale), c.causal};
+  AttentionShape sh{c.tq, c.tk, c.d, c.dv, float(scale), c.causal, GemmMath::bf16};
+  const bool amx = kernels == Kernels::amx;
   AttentionMask mask;
   mask.kind = c.mask;
   if (c.mask == AttentionMaskKind::additive) mask.data = fmask.data();
   if (c.mask == AttentionMaskKind::keep) mask.data = bmask.data();
   mask.row_stride = c.tk;
   mask.col_stride = 1;
-  EXPECT_TRUE(attention_amx_supports(sh, mask));
+  if (amx) EXPECT_TRUE(attention_amx_supports(sh, mask));
 
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::vector<float> o(size_t(c.tq * c.dv), nan), lse(size_t(c.tq), nan);
-  std::vector<float> scratch(attention_amx_scratch_floats(sh), nan);
-  attention_bf16_amx(q.data(), k.data(), v.data(), o.data(), sh, mask, scratch.data(), lse.data());
+  std::vector<float> scratch(amx ? attention_amx_scratch_floats(sh) : attention_scratch_floats(sh), nan);
+  (amx ? attention_bf16_amx : attention_f32)(q.data(), k.data(), v.data(), o.data(), sh, mask, scratch.data(),
+                                             lse.data());
   double worst = expect_within(o, want.o, want.tol_o, "o");
   for (size_t i = 0; i < lse.size(); ++i) {
     if (want.lse[i] == -kInf) {
@@ -226,8 +233,9 @@ double run_case(const Case& c, uint64_t seed) {
   for (const float* given_lse : {static_cast<const float*>(nullptr), static_cast<const float*>(lse.data())}) {
     SCOPED_TRACE(given_lse ? "lse given" : "lse recomputed");
     std::vector<float> dq(size_t(c.tq * c.d), nan), dk(size_t(c.tk * c.d), nan), dv(size_t(c.tk * c.dv), nan);
-    attention_backward_bf16_amx(q.data(), k.data(), v.data(), of.data(), dout.data(), given_lse, dq.data(), dk.data(),
-                                dv.data(), sh, mask);
+    (amx ? attention_backward_bf16_amx : attention_backward_f32)(q.data(), k.data(), v.data(), of.data(),
+                                                                 dout.data(), given_lse, dq.data(), dk.data(),
+                                                                 dv.data(), sh, mask);
     worst = std::max(worst, expect_within(dq, want.dq, want.tol_dq, "dq"));
     worst = std::max(worst, expect_within(dk, want.dk, want.tol_dk, "dk"));
     worst = std::max(worst, expect_within(dv, want.dv, want.tol_dv, "dv"));
@@ -247,8 +255,7 @@ TEST(AttentionAmx, Supports) {
   EXPECT_FALSE(attention_amx_supports(sh, {}));
 }
 
-TEST(AttentionAmx, MatchesFp64AcrossShapes) {
-  REQUIRE_AMX();
+std::vector<Case> shape_cases() {
   std::vector<Case> cases;
   for (int64_t t : {1, 37, 100, 512, 513})
     for (bool causal : {false, true}) cases.push_back({t, t, 64, 64, causal});
@@ -270,12 +277,33 @@ TEST(AttentionAmx, MatchesFp64AcrossShapes) {
   cases.push_back({37, 200, 32, 32, false, AttentionMaskKind::keep});
   // A negative scale (the row maximum of scale·S is not scale·max S).
   cases.push_back({100, 150, 64, 64, true, AttentionMaskKind::none, -0.2});
+  return cases;
+}
+
+double worst_over_cases(const std::vector<Case>& cases, Kernels kernels) {
   uint64_t seed = 1;
   double worst = 0;
-  for (const Case& c : cases) worst = std::max(worst, run_case(c, seed++));
+  for (const Case& c : cases) worst = std::max(worst, run_case(c, seed++, kernels));
   // How much of the (worst-case) bound the errors use.
-  RecordProperty("worst_error_over_bound", std::to_string(worst));
   std::printf("largest error / bound: %.3f\n", worst);
+  return worst;
+}
+
+TEST(AttentionAmx, MatchesFp64AcrossShapes) {
+  REQUIRE_AMX();
+  RecordProperty("worst_error_over_bound", std::to_string(worst_over_cases(shape_cases(), Kernels::amx)));
+}
+
+// The vector kernels take any head size: add odd ones to the AMX cases.
+TEST(AttentionVectorBf16, MatchesFp64AcrossShapes) {
+  std::vector<Case> cases = shape_cases();
+  cases.push_back({50, 50, 17, 33, true});
+  cases.push_back({9, 70, 5, 3, false, AttentionMaskKind::additive});
+  const double worst = worst_over_cases(cases, Kernels::vector_bf16);
+  RecordProperty("worst_error_over_bound", std::to_string(worst));
+  // bf16 really rounded: fp32 operands for P and dS would leave errors far
+  // below 2^-8 of the magnitudes (the fp32 kernels stay under 1% of it).
+  EXPECT_GT(worst, 0.02) << "errors too small for bf16 products: were the operands rounded?";
 }
 
 TEST(AttentionAmx, EmptyAndErrors) {
@@ -305,18 +333,23 @@ TEST(AttentionAmx, EmptyAndErrors) {
 namespace milrt::test {
 namespace {
 
+// The kernel names a bf16 plan's attention steps get on this machine: the
+// AMX kernels where MILRT_ISA (or the best path) is amx, else the vector ones.
+std::string bf16_attention_kernel(const char* base) {
+  const bool amx = kernels::attention_amx_usable() && kernels::current_isa() == kernels::Isa::amx;
+  return std::string(base) + (amx ? "[bf16][amx]" : "[bf16]");
+}
+
 // milrt_attention and milrt_attention_grad in one program (the transformer
 // block's form: the forward's lse to the backward), compiled with
-// matmul_precision bf16 (the AMX kernels) and fp32 (the fp32 kernels). The
+// matmul_precision bf16 (bf16 kernels) and fp32 (the fp32 kernels). The
 // bf16 plan's errors are the kernel's (2^-8 of the magnitudes summed, see the
 // top) plus those of rounding Q, K, V, dO to bf16 (2^-8 relative each,
 // carried through the softmax by |scale·ΔS| <= 2·2^-8·scale·Σ|q||k|); with
 // values in [-1, 1] and D = 64 the bound 1.5e-2 of max(1, max |fp32 value|)
 // per output holds them, while a wrong mask or a dropped tile moves outputs by
 // tenths of that scale.
-TEST(AttentionAmxPlan, Bf16PlanMatchesFp32Plan) {
-  if (!kernels::attention_amx_usable()) GTEST_SKIP() << "no AMX bf16 on this machine: AMX attention skipped";
-  if (kernels::current_isa() != kernels::Isa::amx) GTEST_SKIP() << "MILRT_ISA is not amx: AMX attention not chosen";
+TEST(AttentionBf16Plan, Bf16PlanMatchesFp32Plan) {
   const Shape qs{2, 3, 100, 64}, ls{2, 3, 100};
   const std::string t = mil_type(qs);
   const std::string attrs = "v = v, scale = fp32(0.125), causal = bool(true)";
@@ -333,11 +366,11 @@ TEST(AttentionAmxPlan, Bf16PlanMatchesFp32Plan) {
   CompileOptions f32, bf16;
   bf16.matmul_precision = CompileOptions::MatmulPrecision::bf16;
   Plan p32 = compile(prog, f32), p16 = compile(prog, bf16);
-  int amx_steps = 0;
+  int bf16_steps = 0;
   for (const Plan::StepInfo& s : p16.steps())
-    amx_steps += s.kernel == "attention[bf16][amx]" || s.kernel == "attention_grad[bf16][amx]";
-  EXPECT_EQ(amx_steps, 2);
-  for (const Plan::StepInfo& s : p32.steps()) EXPECT_EQ(s.kernel.find("[amx]"), std::string::npos) << s.kernel;
+    bf16_steps += s.kernel == bf16_attention_kernel("attention") || s.kernel == bf16_attention_kernel("attention_grad");
+  EXPECT_EQ(bf16_steps, 2);
+  for (const Plan::StepInfo& s : p32.steps()) EXPECT_EQ(s.kernel.find("[bf16]"), std::string::npos) << s.kernel;
   TensorMap want = p32.run(in), got = p16.run(in);
   for (const char* name : {"o", "lse", "dq", "dk", "dv"}) {
     const Tensor &w = want.at(name), &g = got.at(name);
@@ -346,7 +379,7 @@ TEST(AttentionAmxPlan, Bf16PlanMatchesFp32Plan) {
     for (int64_t i = 0; i < w.numel(); ++i) amax = std::max(amax, std::abs(w.at(size_t(i))));
     for (int64_t i = 0; i < w.numel(); ++i) worst = std::max(worst, std::abs(g.at(size_t(i)) - w.at(size_t(i))));
     EXPECT_LE(worst / amax, 1.5e-2) << name;
-    EXPECT_GT(worst, 0) << name << ": the bf16 plan gave the fp32 plan's values (AMX kernels not run?)";
+    EXPECT_GT(worst, 0) << name << ": the bf16 plan gave the fp32 plan's values (bf16 kernels not run?)";
     std::printf("%s: max |bf16 - fp32| / max(1, max|fp32|) = %.2e\n", name, worst / amax);
   }
 }
@@ -354,9 +387,7 @@ TEST(AttentionAmxPlan, Bf16PlanMatchesFp32Plan) {
 // The same through milrt::differentiate: loss = Σ w∘milrt_attention(q, k, v),
 // its derived function compiled both ways. The gradients come from the fused
 // backward the autodiff pass emits (with the forward's lse); same bound.
-TEST(AttentionAmxPlan, DifferentiatedAttentionBf16MatchesFp32) {
-  if (!kernels::attention_amx_usable()) GTEST_SKIP() << "no AMX bf16 on this machine: AMX attention skipped";
-  if (kernels::current_isa() != kernels::Isa::amx) GTEST_SKIP() << "MILRT_ISA is not amx: AMX attention not chosen";
+TEST(AttentionBf16Plan, DifferentiatedAttentionBf16MatchesFp32) {
   const Shape qs{2, 2, 77, 64};
   const std::string t = mil_type(qs);
   Program p = parse_mil(weighted_sum_loss_program(t + " q, " + t + " k, " + t + " v",
@@ -377,10 +408,10 @@ TEST(AttentionAmxPlan, DifferentiatedAttentionBf16MatchesFp32) {
   Plan p32 = compile(d, f32), p16 = compile(d, bf16);
   bool fwd = false, bwd = false;
   for (const Plan::StepInfo& s : p16.steps()) {
-    fwd |= s.kernel == "attention[bf16][amx]";
-    bwd |= s.kernel == "attention_grad[bf16][amx]";
+    fwd |= s.kernel == bf16_attention_kernel("attention");
+    bwd |= s.kernel == bf16_attention_kernel("attention_grad");
   }
-  EXPECT_TRUE(fwd && bwd) << "the bf16 plan did not choose both AMX attention kernels";
+  EXPECT_TRUE(fwd && bwd) << "the bf16 plan did not choose both bf16 attention kernels";
   TensorMap want = p32.run(in), got = p16.run(in);
   ASSERT_FALSE(want.empty());
   for (const auto& [name, w] : want) {
