@@ -112,7 +112,7 @@ struct Case {
 
 // Whether oneDNN accepted the case; false if the constructor threw (checked to be a one-line milrt::Error).
 struct Outcome {
-  bool ran = false;
+  bool ran = false, sums_in_place = false;
   std::string impl, error;
   double worst = 0;  // largest |error| / bound
 };
@@ -167,6 +167,7 @@ Outcome check_case(const Case& cs, uint32_t seed) {
   }
   out.ran = true;
   out.impl = g->impl_name();
+  out.sums_in_place = g->sums_residual_in_place();
   EXPECT_EQ(out.impl.rfind("ref", 0), std::string::npos) << "a reference kernel was accepted: " << out.impl;
   g->run(sa.data(), cs.b_const ? nullptr : sb.data(), c.ref(), cs.bias ? bias.data() : nullptr,
          cs.residual == 1 ? res.data() : cs.residual == 2 ? c.data() : nullptr);
@@ -300,6 +301,12 @@ TEST(OnednnGemm, EveryEpilogue) {
                                .alpha = alpha, .bias = bool(bias), .act = act, .residual = residual});
   // Dense f32 C and residual: every epilogue has a non-reference implementation on every ISA oneDNN supports.
   EXPECT_EQ(check_all(cases, "epilogues"), int(cases.size()));
+  // A residual that is C, with no other post-op (a native bias is none), is
+  // summed in place; the cases above checked its values.
+  for (const Case& cs : cases) {
+    const bool sole = cs.residual != 0 && cs.act == Activation::none && (!cs.bias || cs.alpha == 1);
+    EXPECT_EQ(check_case(cs, 1).sums_in_place, sole) << cs.str();
+  }
 }
 
 TEST(OnednnGemm, OutputTypesAndStridedOutputsRunOrAreRefused) {

@@ -193,6 +193,11 @@ struct OnednnGemm::Impl {
   int bias_post_op = -1, residual_post_op = -1;  // post-op indices of binary adds; -1: none
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul prim;
+  // For a residual that is C itself: the same product with a sum post-op
+  // (C += product in place) instead of copying C aside for a binary add.
+  // Built where the residual is the only post-op (a sum runs fast only
+  // first) and C and the residual are f32 with one ld; else empty.
+  std::optional<dnnl::matmul> prim_sum;
   dnnl::memory b_packed;
   std::string impl;
   size_t b_bytes = 0, scratch_bytes = 0;
@@ -221,6 +226,7 @@ OnednnGemm::OnednnGemm(const OnednnGemmDesc& desc) : impl_(std::make_unique<Impl
   p.c_md = dnnl::memory::desc(dims{d.m, d.n}, to_dt(d.c_type), dims{d.c_ld, 1});
   p.bias_md = dnnl::memory::desc(dims{1, d.n}, dt::f32, dims{d.n, 1});
 
+  size_t sum_scratch = 0;
   try {
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -258,6 +264,17 @@ OnednnGemm::OnednnGemm(const OnednnGemmDesc& desc) : impl_(std::make_unique<Impl
     const dnnl::matmul::desc md = bias_native ? dnnl::matmul::desc(p.a_md, p.b_md, p.bias_md, p.c_md)
                                               : dnnl::matmul::desc(p.a_md, p.b_md, p.c_md);
     p.pd = dnnl::matmul::primitive_desc(md, attr, cpu_engine());
+    if (d.has_residual && n_post == 1 && !p.convert_residual && d.c_type == ElemType::f32 &&
+        d.residual_ld == d.c_ld) {
+      dnnl::post_ops sum;
+      sum.append_sum(1.0f);
+      attr.set_post_ops(sum);
+      dnnl::matmul::primitive_desc pd_sum(md, attr, cpu_engine());
+      if (std::string(pd_sum.impl_info_str()).rfind("ref", 0) != 0) {
+        p.prim_sum.emplace(pd_sum);
+        sum_scratch = pd_sum.scratchpad_desc().get_size();
+      }
+    }
   } catch (const dnnl::error& e) {
     fail(std::string("oneDNN has no matmul for ") + shape_str(d) + " with " + type_name(p.compute) + " operands and " +
          type_name(d.c_type) + " output (" + e.what() + ")");
@@ -268,7 +285,7 @@ OnednnGemm::OnednnGemm(const OnednnGemmDesc& desc) : impl_(std::make_unique<Impl
   if (p.impl.rfind("ref", 0) == 0)
     fail("oneDNN has only its reference implementation (" + p.impl + ") for " + shape_str(d) + " with " +
          type_name(p.compute) + " operands, " + type_name(d.c_type) + " output and this epilogue");
-  p.scratch_bytes = p.pd.scratchpad_desc().get_size();
+  p.scratch_bytes = std::max(p.pd.scratchpad_desc().get_size(), sum_scratch);
   try {
     p.prim = dnnl::matmul(p.pd);
     if (d.b_const) {
@@ -297,6 +314,7 @@ OnednnGemm::OnednnGemm(const OnednnGemmDesc& desc) : impl_(std::make_unique<Impl
 
 const OnednnGemmDesc& OnednnGemm::desc() const { return impl_->d; }
 const char* OnednnGemm::impl_name() const { return impl_->impl.c_str(); }
+bool OnednnGemm::sums_residual_in_place() const { return impl_->prim_sum.has_value(); }
 size_t OnednnGemm::bytes() const { return impl_->b_bytes + impl_->scratch_bytes; }
 
 void OnednnGemm::run(const void* a, const void* b, const OutputRef& c, const float* bias, const void* residual) const {
@@ -332,6 +350,8 @@ void OnednnGemm::run(const void* a, const void* b, const OutputRef& c, const flo
         t[i * d.n + j] = d.residual_type == ElemType::f16 ? f16_to_f32(r[j]) : bf16_to_f32(r[j]);
     }
     residual = t;
+  } else if (residual == c.data && p.prim_sum) {
+    residual = nullptr;  // the sum post-op reads C before writing it
   } else if (residual) {
     // A residual overlapping C would be read after the product overwrote C.
     const size_t rsize = size_t((d.m - 1) * d.residual_ld + d.n) * elem_size(d.residual_type);
@@ -356,6 +376,7 @@ void OnednnGemm::run(const void* a, const void* b, const OutputRef& c, const flo
           p.bias_post_op >= 0 ? DNNL_ARG_ATTR_MULTIPLE_POST_OP(p.bias_post_op) | DNNL_ARG_SRC_1 : DNNL_ARG_BIAS;
       args.emplace(arg, dnnl::memory(p.bias_md, eng, const_cast<float*>(bias)));
     }
+    const bool in_place_sum = d.has_residual && !residual;
     if (residual)
       args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(p.residual_post_op) | DNNL_ARG_SRC_1,
                    dnnl::memory(p.residual_md, eng, const_cast<void*>(residual)));
@@ -363,7 +384,7 @@ void OnednnGemm::run(const void* a, const void* b, const OutputRef& c, const flo
       args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(p.pd.scratchpad_desc(), eng, buf.scratch.get(p.scratch_bytes)));
     OmpThreads threads;
     dnnl::stream& s = thread_stream();
-    p.prim.execute(s, args);
+    (in_place_sum ? *p.prim_sum : p.prim).execute(s, args);
     s.wait();
   } catch (const dnnl::error& e) {
     fail(std::string("executing ") + shape_str(d) + " failed: " + e.what());

@@ -63,6 +63,10 @@ class OnednnGemm {
   const OnednnGemmDesc& desc() const;
   // oneDNN's name of the implementation it chose (e.g. "brg:avx512_core_amx"), for plan dumps and benchmarks.
   const char* impl_name() const;
+  // Whether run() adds a residual that is C itself in place (a sum post-op)
+  // rather than copying C aside first: f32 C and residual, one ld, no other
+  // post-op.
+  bool sums_residual_in_place() const;
   // Bytes held: the reordered B, plus the scratchpad each calling thread holds.
   size_t bytes() const;
 
