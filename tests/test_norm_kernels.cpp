@@ -217,6 +217,28 @@ TEST(ReduceKernels, EveryKindMatchesFp64) {
   }
 }
 
+// A language model's log-sum-exp over its logits (rows of 32000, enough
+// values that the lines run on several threads) and a column reduction of
+// the same size, against fp64.
+TEST(ReduceKernels, LogitSizedReductionsMatchFp64) {
+  for (const Dims& d : {Dims{24, 32000, 1}, Dims{3, 200, 1500}}) {
+    for (Reduce op : {Reduce::LogSumExp, Reduce::Sum, Reduce::Max}) {
+      SCOPED_TRACE(what(d) + " op " + std::to_string(int(op)));
+      std::vector<float> x = random_floats(d.size(), uint64_t(d.n), -8, 8);
+      std::vector<float> y(size_t(d.outer * d.inner), std::numeric_limits<float>::quiet_NaN());
+      reduce_f32(op, x.data(), y.data(), d.outer, d.n, d.inner);
+      for (int64_t o = 0; o < d.outer; ++o)
+        for (int64_t j = 0; j < d.inner; ++j) {
+          std::vector<double> v;
+          for (int64_t i = 0; i < d.n; ++i) v.push_back(x[at(d, o, i, j)]);
+          const double want = reduce_fp64(op, v), got = y[size_t(o * d.inner + j)];
+          ASSERT_LE(std::fabs(got - want), reduce_bound(op, v, want) + std::fabs(want) * 6e-8)
+              << "o " << o << " j " << j << ": got " << got << ", want " << want;
+        }
+    }
+  }
+}
+
 // max/min propagate NaN wherever it lies in the run (lane, tail, column), as
 // NumPy and the reference do; infinities are ordinary values.
 TEST(ReduceKernels, MaxAndMinPropagateNaN) {

@@ -5,6 +5,9 @@
 #include <vector>
 
 #include "kernels/generic/lanes.h"
+#include "kernels/generic/multiversion.h"
+#include "kernels/generic/vec_math.h"
+#include "kernels/threads.h"
 
 namespace milrt::kernels {
 
@@ -30,6 +33,13 @@ void matmul_f32(const float* a, const float* b, float* c, int64_t batch, int64_t
       }
     }
   }
+}
+
+// Σ exp(p[i] − m) over a contiguous run: a vectorized exp (vec_math.h,
+// ~1 ulp) instead of libm's call per element, which made log-sum-exp over a
+// language model's logits (256 × 32000) cost 34 ms.
+MILRT_CLONES double exp_shift_sum_run(const float* p, int64_t n, float m) {
+  return lanes::sum(p, n, [m](float v) { return exp_poly(v - m); });
 }
 
 namespace {
@@ -97,7 +107,7 @@ double reduce_run(Reduce op, const float* p, int64_t n) {
     case Reduce::SumSquare: return lanes::sum(p, n, [](float v) { return v * v; });
     case Reduce::LogSumExp: {
       float mx = extreme<true>(p, n);
-      return mx + std::log(lanes::sum(p, n, [mx](float v) { return std::exp(v - mx); }));
+      return mx + std::log(exp_shift_sum_run(p, n, mx));
     }
     default: return lanes::sum(p, n, [](float v) { return v; });
   }
@@ -121,7 +131,7 @@ void reduce_columns(Reduce op, const float* p, int64_t n, int64_t stride, int64_
       column_extremes<true>(p, n, stride, w, mx);
       float m[kTile];
       for (int64_t j = 0; j < w; ++j) m[j] = float(mx[j]);
-      lanes::column_sums(p, n, stride, w, acc, [&m](float v, int64_t j) { return std::exp(v - m[j]); });
+      lanes::column_sums(p, n, stride, w, acc, [&m](float v, int64_t j) { return exp_poly(v - m[j]); });
       for (int64_t j = 0; j < w; ++j) acc[j] = mx[j] + std::log(acc[j]);
       return;
     }
@@ -139,6 +149,9 @@ float finish(Reduce op, double acc, int64_t n) {
 }  // namespace
 
 void reduce_f32(Reduce op, const float* x, float* y, int64_t outer, int64_t n, int64_t inner) {
+  // Lines are independent: large reductions run on the threads.
+  const int threads = pass_threads(outer * n * inner, outer);
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
   for (int64_t o = 0; o < outer; ++o) {
     const float* xo = x + o * n * inner;
     if (inner == 1) {
