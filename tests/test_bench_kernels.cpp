@@ -110,17 +110,24 @@ void expect_quick_report(const json& j, const std::vector<int>& threads) {
   }
   EXPECT_EQ(shapes, (std::set<std::vector<int64_t>>{{256, 768, 768}, {256, 2048, 768}}));
 
-  // Attention: T = 256, the causal half's useful FLOPs.
+  // Attention: T = 256, forward and backward, fp32 and bf16; the causal half's useful FLOPs.
   const json& a = j["attention"];
   ASSERT_TRUE(a.is_array());
-  ASSERT_EQ(a.size(), 1u);
-  EXPECT_EQ(a[0]["t"], 256);
-  EXPECT_EQ(a[0]["heads"], 12);
-  EXPECT_EQ(a[0]["d"], 64);
-  // 12 heads x 256·257/2 visible (query, key) pairs x (2·64 + 2·64) FLOPs.
-  EXPECT_DOUBLE_EQ(a[0]["flops"].get<double>(), 12.0 * (256.0 * 257.0 / 2) * 256.0);
-  for (int t : threads) expect_figure(a[0]["threads"][std::to_string(t)], "gflops", "attention");
-  EXPECT_EQ(a[0]["scaling"].is_null(), !many);
+  ASSERT_EQ(a.size(), 4u);
+  std::set<std::string> seen;
+  for (const json& row : a) {
+    const std::string what = row["pass"].get<std::string>() + " " + row["math"].get<std::string>();
+    seen.insert(what);
+    EXPECT_EQ(row["t"], 256) << what;
+    EXPECT_EQ(row["heads"], 12) << what;
+    EXPECT_EQ(row["d"], 64) << what;
+    // 12 heads x 256·257/2 visible (query, key) pairs x (2·64 + 2·64) FLOPs; backward's four products twice that.
+    const double forward = 12.0 * (256.0 * 257.0 / 2) * 256.0;
+    EXPECT_DOUBLE_EQ(row["flops"].get<double>(), row["pass"] == "backward" ? 2 * forward : forward) << what;
+    for (int t : threads) expect_figure(row["threads"][std::to_string(t)], "gflops", "attention " + what);
+    EXPECT_EQ(row["scaling"].is_null(), !many) << what;
+  }
+  EXPECT_EQ(seen, (std::set<std::string>{"forward fp32", "forward bf16", "backward fp32", "backward bf16"}));
 
   // Memory-bound kernels and the bytes each call must move.
   const json& mem = j["memory"];

@@ -178,12 +178,16 @@ void add_bench_kernels(CLI::App& bench) {
 
     if (text)
       std::printf(
-          "\nFused causal attention forward, 12 heads, D = Dv = 64, heads spread over the threads\n"
-          "GFLOP/s of the useful FLOPs heads*T*(T+1)*(D+Dv) (the causal half's two products), fraction of "
-          "the fp32 peak\n%-48s %4s %9s %8s\n",
+          "\nFused causal attention, 12 heads, D = Dv = 64, heads spread over the threads\n"
+          "GFLOP/s of the useful FLOPs heads*T*(T+1)*(D+Dv) (the causal half's two products; backward: twice "
+          "that),\nfraction of the fp32 FMA peak (fp32) or the bf16 dot peak (bf16)\n%-48s %4s %9s %8s\n",
           "shape", "thr", "GFLOP/s", "fraction");
     report["attention"] = kb::bench_attention(o, report["ceilings"], [&](const json& r) {
-      if (text) print_simple_row(r, o, "T=" + std::to_string(r["t"].get<long long>()), "gflops");
+      if (text)
+        print_simple_row(r, o,
+                         r["pass"].get<std::string>() + " " + r["math"].get<std::string>() +
+                             " T=" + std::to_string(r["t"].get<long long>()),
+                         "gflops");
     });
 
     if (text)

@@ -38,8 +38,11 @@ nlohmann::json measure_ceilings(const Options& o);
 // "scaling": {column: ratio}}.
 nlohmann::json bench_gemm(const Options& o, const nlohmann::json& ceilings, const RowSink& sink);
 
-// Fused causal attention forward, 12 heads of dim 64, heads spread over threads. Rows:
-// {"heads", "t", "d", "flops", "threads": {"<t>": {"gflops", "fraction"}}, "scaling"}.
+// Fused causal attention, forward and backward, fp32 and bf16 products (the
+// vector kernels: vdpbf16ps where the CPU has avx512_bf16), 12 heads of dim
+// 64, heads spread over threads. Rows: {"pass": "forward"|"backward", "math":
+// "fp32"|"bf16", "heads", "t", "d", "flops", "threads": {"<t>": {"gflops",
+// "fraction" (of the fp32 FMA or the bf16 dot peak)}}, "scaling"}.
 nlohmann::json bench_attention(const Options& o, const nlohmann::json& ceilings, const RowSink& sink);
 
 // Memory-bound kernels (rms_norm, AdamW, M=1 weight_gemm) in GB/s of the bytes

@@ -14,6 +14,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/generic/adamw.h"
 #include "kernels/generic/attention.h"
+#include "kernels/generic/attention_backward.h"
 #include "kernels/generic/norm.h"
 #include "kernels/onednn/onednn_gemm.h"
 #include "kernels/peak.h"
@@ -79,34 +80,59 @@ nlohmann::json measure_ceilings(const Options& o) {
 // Useful FLOPs of causal attention: query i sees keys 0..i, T(T+1)/2 (query,
 // key) pairs per head, each costing 2·D for the score and 2·Dv to accumulate
 // its value row: heads · T(T+1) · (D + Dv). Softmax exponentials not counted.
+// The backward's useful FLOPs are twice that (Pᵀ·dO, dO·Vᵀ, dS·K, dSᵀ·Q; the
+// recomputed scores are not counted), as the plan profile counts them.
 nlohmann::json bench_attention(const Options& o, const nlohmann::json& ceilings, const RowSink& sink) {
   constexpr int64_t kHeads = 12, kDim = 64;
   nlohmann::json rows = nlohmann::json::array();
   for (int64_t T : o.quick ? std::vector<int64_t>{256} : std::vector<int64_t>{256, 512}) {
-    const AttentionShape sh{.tq = T, .tk = T, .d = kDim, .dv = kDim, .scale = 0.125f, .causal = true};
     const size_t slice = size_t(T * kDim);
-    std::vector<float> q(kHeads * slice), k(q.size()), v(q.size()), out(q.size());
+    std::vector<float> q(kHeads * slice), k(q.size()), v(q.size()), out(q.size()), dout(q.size());
+    std::vector<float> dq(q.size()), dk(q.size()), dv(q.size()), lse(size_t(kHeads * T));
     fill_uniform(q.data(), q.size(), 11);
     fill_uniform(k.data(), k.size(), 12);
     fill_uniform(v.data(), v.size(), 13);
-    const double flops = double(kHeads) * double(T) * double(T + 1) * double(2 * kDim);
-    nlohmann::json row = per_thread(o, ceilings, "gflops", "fp32_gflops", flops, [&](int t) {
-      std::vector<float> scratch(size_t(t) * attention_scratch_floats(sh));
-      return median_seconds(o.reps, target_seconds(o), [&] {
-      // Heads in parallel, as a plan's attention step runs them; the kernel's own GEMMs then run serially.
+    fill_uniform(dout.data(), dout.size(), 14);
+    const double forward_flops = double(kHeads) * double(T) * double(T + 1) * double(2 * kDim);
+    for (GemmMath math : {GemmMath::fp32, GemmMath::bf16}) {
+      const AttentionShape sh{.tq = T, .tk = T, .d = kDim, .dv = kDim, .scale = 0.125f, .causal = true, .math = math};
+      const bool bf16 = math == GemmMath::bf16;
+      // Heads in parallel, as a plan's attention steps run them; the kernels' own GEMMs then run serially.
+      auto forward = [&](int t, float* scratch) {
 #pragma omp parallel for num_threads(t) schedule(static)
         for (int64_t h = 0; h < kHeads; ++h)
           attention_f32(q.data() + h * slice, k.data() + h * slice, v.data() + h * slice, out.data() + h * slice, sh,
-                        AttentionMask{}, scratch.data() + size_t(omp_get_thread_num()) * attention_scratch_floats(sh));
-      });
-    });
-    row.update({{"heads", kHeads},
-                {"t", T},
-                {"d", kDim},
-                {"flops", flops},
-                {"formula", "heads * T * (T + 1) * (D + Dv): the causal half's products"}});
-    sink(row);
-    rows.push_back(row);
+                        AttentionMask{}, scratch + size_t(omp_get_thread_num()) * attention_scratch_floats(sh),
+                        lse.data() + h * T);
+      };
+      for (const char* pass : {"forward", "backward"}) {
+        const bool backward = pass[0] == 'b';
+        const double flops = backward ? 2 * forward_flops : forward_flops;
+        nlohmann::json row = per_thread(o, ceilings, "gflops", bf16 ? "bf16_gflops" : "fp32_gflops", flops, [&](int t) {
+          std::vector<float> scratch(size_t(t) * attention_scratch_floats(sh));
+          if (backward) forward(t, scratch.data());  // O and lse for the backward
+          return median_seconds(o.reps, target_seconds(o), [&] {
+            if (!backward) return forward(t, scratch.data());
+#pragma omp parallel for num_threads(t) schedule(static)
+            for (int64_t h = 0; h < kHeads; ++h)
+              attention_backward_f32(q.data() + h * slice, k.data() + h * slice, v.data() + h * slice,
+                                     out.data() + h * slice, dout.data() + h * slice, lse.data() + h * T,
+                                     dq.data() + h * slice, dk.data() + h * slice, dv.data() + h * slice, sh,
+                                     AttentionMask{});
+          });
+        });
+        row.update({{"pass", pass},
+                    {"math", bf16 ? "bf16" : "fp32"},
+                    {"heads", kHeads},
+                    {"t", T},
+                    {"d", kDim},
+                    {"flops", flops},
+                    {"formula", backward ? "2 * heads * T * (T + 1) * (D + Dv): the four products of the causal half"
+                                         : "heads * T * (T + 1) * (D + Dv): the causal half's products"}});
+        sink(row);
+        rows.push_back(row);
+      }
+    }
   }
   return rows;
 }
