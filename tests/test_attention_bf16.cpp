@@ -371,6 +371,21 @@ TEST(AttentionBf16Plan, Bf16PlanMatchesFp32Plan) {
     bf16_steps += s.kernel == bf16_attention_kernel("attention") || s.kernel == bf16_attention_kernel("attention_grad");
   EXPECT_EQ(bf16_steps, 2);
   for (const Plan::StepInfo& s : p32.steps()) EXPECT_EQ(s.kernel.find("[bf16]"), std::string::npos) << s.kernel;
+  // Useful FLOPs, as the profile reports them: 2·3 slices × 100·101/2 visible
+  // (query, key) pairs × 2·(64 + 64); the backward's four products twice that.
+  const double forward_flops = 6.0 * 5050.0 * 256.0;
+  int counted = 0;
+  for (const Plan::StepInfo& s : p32.steps()) {
+    if (s.kernel == "attention") {
+      EXPECT_DOUBLE_EQ(s.flops, forward_flops);
+      ++counted;
+    }
+    if (s.kernel == "attention_grad") {
+      EXPECT_DOUBLE_EQ(s.flops, 2 * forward_flops);
+      ++counted;
+    }
+  }
+  EXPECT_EQ(counted, 2);
   TensorMap want = p32.run(in), got = p16.run(in);
   for (const char* name : {"o", "lse", "dq", "dk", "dv"}) {
     const Tensor &w = want.at(name), &g = got.at(name);

@@ -7,6 +7,7 @@
 // of q, k, v and the mask, and for milrt_softmax the mask offset of every
 // line. The attention kernels run one (batch, head) slice per thread, each
 // with a per-thread scratch buffer that only grows.
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -141,7 +142,19 @@ AttentionGeom attention_geom(const Op& op, LowerCtx& ctx, const AttentionInputs&
 double attention_slice_macs(const kernels::AttentionShape& sh) {
   return double(sh.tq) * double(sh.tk) * double(sh.d + sh.dv);
 }
-double attention_flops(const AttentionGeom& g) { return 2.0 * double(g.qo.size()) * attention_slice_macs(g.sh); }
+// Useful FLOPs: both products over the (query, key) pairs a query sees,
+// T(T+1)/2 per head when causal with Tq = Tk, as `milrt bench kernels`
+// counts them (not the full Tq·Tk, which would report a causal kernel at
+// twice its real rate).
+double attention_flops(const AttentionGeom& g) {
+  const kernels::AttentionShape& sh = g.sh;
+  double pairs = double(sh.tq) * double(sh.tk);
+  if (sh.causal) {
+    pairs = 0;
+    for (int64_t i = 0; i < sh.tq; ++i) pairs += double(std::clamp<int64_t>(i + (sh.tk - sh.tq) + 1, 0, sh.tk));
+  }
+  return 2.0 * double(g.qo.size()) * pairs * double(sh.d + sh.dv);
+}
 
 // CompileOptions::matmul_precision bf16 on the AMX path with a head size the
 // AMX kernels take (kernels/attention_amx.h): both attention steps use them
