@@ -1,4 +1,5 @@
 #include "kernels/generic/elementwise.h"
+#include "kernels/generic/multiversion.h"
 
 #include <omp.h>
 
@@ -193,12 +194,6 @@ void select(const uint8_t* cond, const void* a, const void* b, void* out, int by
 
 namespace {
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define MILRT_UNARY_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define MILRT_UNARY_CLONES
-#endif
-
 // tanh(|x|) = 1 - 2 / (e^{2|x|} + 1), sign restored; near 0, where that
 // cancels, its Taylor series (error < 1e-12 relative for |x| < 0.0625).
 inline float tanh_poly(float x) {
@@ -228,7 +223,7 @@ void exp_activation_threaded(Unary op, const float* x, float* y, int64_t n) {
 // The arithmetic loops are cloned per ISA (resolved once at load time) so the
 // same source runs 16 lanes wide on AVX-512 machines and still runs anywhere;
 // exp-based ones on exp_poly (vec_math.h): libm's expf is a call per element.
-MILRT_UNARY_CLONES
+MILRT_CLONES
 void unary_vectorized_f32(Unary op, const float* x, float* y, int64_t n, float alpha, float beta) {
   switch (op) {
     case Unary::Abs: for (int64_t i = 0; i < n; ++i) y[i] = std::fabs(x[i]); return;

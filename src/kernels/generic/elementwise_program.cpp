@@ -1,4 +1,5 @@
 #include "kernels/generic/vec_math.h"
+#include "kernels/generic/multiversion.h"
 #include "kernels/generic/elementwise_program.h"
 #include "kernels/generic/round_f16.h"
 
@@ -27,13 +28,8 @@ constexpr size_t kMaxInputs = 64;
 // The arithmetic loops are cloned per ISA (resolved once at load time) so the
 // same source runs 16 lanes wide on AVX-512 machines and still runs anywhere.
 // Operands may alias `o` exactly (registers are reused in place).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define MILRT_EW_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define MILRT_EW_CLONES
-#endif
 
-MILRT_EW_CLONES
+MILRT_CLONES
 void binary_block(Binary op, const float* a, const float* b, float* o, int n) {
   switch (op) {
     case Binary::Add: for (int i = 0; i < n; ++i) o[i] = a[i] + b[i]; return;
@@ -59,7 +55,7 @@ void binary_block(Binary op, const float* a, const float* b, float* o, int n) {
   }
 }
 
-MILRT_EW_CLONES
+MILRT_CLONES
 void splat(float* o, float v, int n) {
   for (int i = 0; i < n; ++i) o[i] = v;
 }

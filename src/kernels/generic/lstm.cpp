@@ -1,4 +1,5 @@
 #include "kernels/generic/vec_math.h"
+#include "kernels/generic/multiversion.h"
 #include "kernels/generic/lstm.h"
 
 #include <algorithm>
@@ -23,15 +24,10 @@ float activate(LstmAct a, float v) {
 // act over n values in place. Sigmoid and tanh, the common gates, run as
 // vectorized loops (one clone per ISA, picked at load time); tanh is
 // 1 - 2 / (1 + e^2x), within 1e-7 absolute.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define MILRT_LSTM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define MILRT_LSTM_CLONES
-#endif
-MILRT_LSTM_CLONES void sigmoid_all(float* v, int64_t n) {
+MILRT_CLONES void sigmoid_all(float* v, int64_t n) {
   for (int64_t i = 0; i < n; ++i) v[i] = 1.0f / (1.0f + exp_poly(-v[i]));
 }
-MILRT_LSTM_CLONES void tanh_all(float* v, int64_t n) {
+MILRT_CLONES void tanh_all(float* v, int64_t n) {
   for (int64_t i = 0; i < n; ++i) v[i] = 1.0f - 2.0f / (1.0f + exp_poly(2.0f * v[i]));
 }
 

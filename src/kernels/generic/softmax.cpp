@@ -1,4 +1,5 @@
 #include "kernels/generic/vec_math.h"
+#include "kernels/generic/multiversion.h"
 #include "kernels/generic/softmax.h"
 
 #include <bit>
@@ -8,11 +9,6 @@
 // Each entry point is compiled for AVX-512, AVX2 and the baseline; the loader
 // picks the best the CPU runs (GCC function multiversioning), since the build
 // targets no particular x86 generation.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define MILRT_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define MILRT_MULTIVERSION
-#endif
 
 namespace milrt::kernels {
 namespace {
@@ -40,7 +36,7 @@ void softmax_line(const float* x, float* y, int64_t n, float scale, const float*
 
 }  // namespace
 
-MILRT_MULTIVERSION float row_max_f32(const float* x, int64_t n) {
+MILRT_CLONES float row_max_f32(const float* x, int64_t n) {
   float acc[kLanes];
   for (float& a : acc) a = kNegInf;
   int64_t j = 0;
@@ -52,7 +48,7 @@ MILRT_MULTIVERSION float row_max_f32(const float* x, int64_t n) {
   return m;
 }
 
-MILRT_MULTIVERSION float exp_shift_sum_f32(float* x, int64_t n, float m) {
+MILRT_CLONES float exp_shift_sum_f32(float* x, int64_t n, float m) {
   float acc[kLanes] = {};
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes)
@@ -67,11 +63,11 @@ MILRT_MULTIVERSION float exp_shift_sum_f32(float* x, int64_t n, float m) {
   return s;
 }
 
-MILRT_MULTIVERSION void scale_row_f32(float* x, int64_t n, float s) {
+MILRT_CLONES void scale_row_f32(float* x, int64_t n, float s) {
   for (int64_t j = 0; j < n; ++j) x[j] *= s;
 }
 
-MILRT_MULTIVERSION float dot_row_f32(const float* a, const float* b, int64_t n) {
+MILRT_CLONES float dot_row_f32(const float* a, const float* b, int64_t n) {
   float acc[kLanes] = {};
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes)
@@ -82,11 +78,11 @@ MILRT_MULTIVERSION float dot_row_f32(const float* a, const float* b, int64_t n) 
   return s;
 }
 
-MILRT_MULTIVERSION void softmax_grad_row_f32(const float* p, float* g, int64_t n, float d) {
+MILRT_CLONES void softmax_grad_row_f32(const float* p, float* g, int64_t n, float d) {
   for (int64_t j = 0; j < n; ++j) g[j] = p[j] * (g[j] - d);
 }
 
-MILRT_MULTIVERSION void scaled_masked_softmax_f32(const float* x, float* y, int64_t outer, int64_t n, int64_t inner,
+MILRT_CLONES void scaled_masked_softmax_f32(const float* x, float* y, int64_t outer, int64_t n, int64_t inner,
                                                   float scale, const SoftmaxMask& mask) {
   if (inner == 1) {
     for (int64_t o = 0; o < outer; ++o)
