@@ -51,8 +51,8 @@ struct CompileOptions {
   std::string function = "main";
   // Pass pipeline run before lowering (names as in `milrt opt --list`).
   std::vector<std::string> passes = {"legalize-layout-idioms", "fuse-quantized-weights", "fold-constexpr", "fuse-conv-chain",
-                                     "canonicalize", "decompose", "sink-reshapes", "cse", "dce", "fuse-attention",
-                                     "fuse-norms", "fuse-gemm-epilogue", "fuse-conv-epilogue", "fuse-elementwise",
+                                     "canonicalize", "decompose", "sink-reshapes", "cse", "dce", "fold-scatter-add",
+                                     "fuse-attention", "fuse-norms", "fuse-gemm-epilogue", "fuse-conv-epilogue", "fuse-elementwise",
                                      "dce", "schedule"};
   // Shapes for inputs with '?' dims (flexible-shape models): a plan is for static shapes.
   std::map<std::string, Shape> input_shapes;

@@ -69,17 +69,15 @@ Program build_llama_loss(const LlamaConfig& cfg, const LlamaProgramOptions& opts
   const int64_t T = checked_seq(cfg, opts);
   FunctionBuilder f("main");
   Value logits = build_logits(f, cfg, opts.batch, T, true, opts.compute);
-  // loss = mean over positions of logsumexp(logits) - logits[target]; the
-  // target logit is picked with a one-hot product so only ops with simple
-  // gradients sit between the logits and the loss.
+  // loss = mean over positions of logsumexp(logits) - logits[target]. The
+  // target logit is gathered: its gradient scatters into the softmax's
+  // gradient in place (fold-scatter-add), where a one-hot product would
+  // write, multiply and reduce three [B, T, vocab] tensors in each direction.
   Value lse = f.op("reduce_log_sum_exp", "logits_lse",
                    {{"x", logits}, {"axes", lit_i32s({-1})}, {"keep_dims", lit_bool(false)}});
-  Value onehot = f.op("one_hot", "targets_onehot",
-                      {{"indices", f.value("targets")}, {"one_hot_vector_size", lit_i32(cfg.vocab)},
-                       {"axis", lit_i32(-1)}, {"on_value", lit_f32(1.0)}, {"off_value", lit_f32(0.0)}});
-  Value picked = f.op("mul", "target_logits_all", {{"x", onehot}, {"y", logits}});
-  Value target = f.op("reduce_sum", "target_logits",
-                      {{"x", picked}, {"axes", lit_i32s({-1})}, {"keep_dims", lit_bool(false)}});
+  Value idx = f.op("reshape", "targets_idx", {{"x", f.value("targets")}, {"shape", lit_i32s({opts.batch, T, 1})}});
+  Value picked = f.op("gather_along_axis", "target_logits_all", {{"x", logits}, {"indices", idx}, {"axis", lit_i32(-1)}});
+  Value target = f.op("reshape", "target_logits", {{"x", picked}, {"shape", lit_i32s({opts.batch, T})}});
   Value nll = f.op("sub", "nll", {{"x", lse}, {"y", target}});
   const bool scaled = opts.compute == DType::FP16;
   Value loss = f.op("reduce_mean", scaled ? "ce" : "loss",

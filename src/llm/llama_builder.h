@@ -19,7 +19,7 @@
 // positions 0..T-1); reshape, transpose and milrt_attention (causal, scale
 // 1/sqrt(head_dim): the fused attention op, whose gradient is the fused
 // backward; GQA through a size-1 kv-group dim it broadcasts, no copies of K/V);
-// silu (SwiGLU); reduce_log_sum_exp, one_hot, reduce_sum, sub, reduce_mean
+// silu (SwiGLU); reduce_log_sum_exp, gather_along_axis, sub, reduce_mean
 // (cross-entropy). Scalar and table constants are `const` ops (variables, so
 // gradient rules can name them); integer parameters (axes, shapes, perms,
 // flags) are literals. Values are named per layer: l0_q, l0_att, l0_x, ...

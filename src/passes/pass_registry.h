@@ -13,6 +13,7 @@ void canonicalize(Program& p);             // canonicalize.cpp
 void decompose(Program& p);                // decompose.cpp: what has no compiled kernel
 void decompose_all(Program& p);            // decompose.cpp: every composite op
 void sink_reshapes(Program& p);            // sink_reshapes.cpp
+void fold_scatter_add(Program& p);         // fold_scatter_add.cpp
 void fuse_attention(Program& p);           // fuse_attention.cpp
 void fuse_norms(Program& p);               // fuse_norms.cpp
 void fuse_gemm_epilogue(Program& p);       // fuse_gemm_epilogue.cpp

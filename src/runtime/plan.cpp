@@ -547,6 +547,18 @@ std::vector<std::string> in_place_inputs(const Op& op, const std::unordered_map<
     if (it != types.end() && it->second == op.outputs[0].type) r.push_back(res->var);
     return r;
   }
+  // A scatter step copies its data into the output unless they share memory,
+  // then writes the updates (lower/scatter_gather.cpp; every index checked
+  // first): the output may be the data, never the indices or updates.
+  if ((op.type == "scatter" || op.type == "scatter_along_axis" || op.type == "scatter_nd") && op.outputs.size() == 1) {
+    const Arg* data = op.arg("data");
+    if (!data || data->kind != Arg::Kind::Var) return r;
+    for (const char* k : {"indices", "updates"})
+      if (const Arg* a = op.arg(k); a && a->kind == Arg::Kind::Var && a->var == data->var) return r;
+    auto it = types.find(data->var);
+    if (it != types.end() && it->second == op.outputs[0].type) r.push_back(data->var);
+    return r;
+  }
   if (op.outputs.size() != 1 || !rt::in_place_allowed(op.type)) return r;
   const Type& out = op.outputs[0].type;
   if (!out.is_tensor() || out.dtype == DType::String) return r;
