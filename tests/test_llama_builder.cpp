@@ -203,7 +203,7 @@ TEST(LlamaBuilder, InputsOutputsAndNames) {
     for (const Output& o : op.outputs) names.insert(o.name);
     if (op.type == "const") consts.insert(op.outputs[0].name);
   }
-  EXPECT_EQ(consts, (std::set<std::string>{"norm_eps", "rope_cos_16", "rope_sin_16", "rope_cos_8", "rope_sin_8"}));
+  EXPECT_EQ(consts, (std::set<std::string>{"rope_cos_16", "rope_sin_16", "rope_cos_8", "rope_sin_8"}));
   for (const char* n : {"embed", "l0_q", "l0_q_rope", "l0_att", "l1_x", "logits", "loss"}) EXPECT_TRUE(names.count(n)) << n;
 
   Program lp = llm::build_llama_logits(cfg, {});

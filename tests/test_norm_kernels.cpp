@@ -29,6 +29,7 @@
 
 #include "kernels/generic/linalg.h"
 #include "kernels/generic/norm.h"
+#include "kernels/threads.h"
 
 namespace milrt::kernels {
 namespace {
@@ -99,6 +100,66 @@ TEST(NormKernels, RmsNormInPlace) {
   layer_norm_f32(a.data(), c.data(), c.data(), b.data(), d.outer, d.n, d.inner, 1e-6f);
   layer_norm_f32(a.data(), c.data(), c.data(), a.data(), d.outer, d.n, d.inner, 1e-6f);
   EXPECT_EQ(a, b);
+}
+
+// rms_norm's backward against the Jacobian written out in fp64:
+// ∂y_j/∂x_i = w_j · r · (δ_ij - x_i · x_j · r² / n), dw_j = Σ_rows dy_j · x_j · r.
+// dx = r·d - x·c cancels: the bound is relative to the magnitudes of both
+// terms (fp32 lane sums of at most 64 terms each, 1e-5 relative), dw's to
+// Σ|dy · xn| (blocks of 32 rows in fp32, added in fp64).
+TEST(NormKernels, RmsNormBackwardMatchesFp64Jacobian) {
+  double worst = 0;
+  for (int64_t rows : {1, 5, 70})
+    for (int64_t n : {1, 15, 17, 768, 1030}) {
+      if (rows * n > 60000) continue;
+      SCOPED_TRACE("rows " + std::to_string(rows) + " n " + std::to_string(n));
+      std::vector<float> x = random_floats(rows * n, uint64_t(rows * 1000 + n), -2, 2);
+      std::vector<float> w = random_floats(n, 11, -1.5, 1.5), dy = random_floats(rows * n, 12, -1, 1);
+      std::vector<float> dx(x.size()), dw(static_cast<size_t>(n));
+      const float eps = 1e-5f;
+      rms_norm_backward_f32(x.data(), w.data(), dy.data(), dx.data(), dw.data(), rows, n, eps);
+      std::vector<double> dw_want(static_cast<size_t>(n)), dw_mag(static_cast<size_t>(n));
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* xr = x.data() + r * n;
+        const float* gr = dy.data() + r * n;
+        double ss = 0, dot_mag = 0;
+        for (int64_t j = 0; j < n; ++j) ss += double(xr[j]) * xr[j];
+        const double rr = 1 / std::sqrt(ss / double(n) + double(eps));
+        for (int64_t j = 0; j < n; ++j) dot_mag += std::fabs(double(gr[j]) * w[size_t(j)] * xr[j]);
+        for (int64_t i = 0; i < n; ++i) {
+          double want = 0;
+          for (int64_t j = 0; j < n; ++j)
+            want += double(gr[j]) * w[size_t(j)] * rr * ((i == j ? 1.0 : 0.0) - double(xr[i]) * xr[j] * rr * rr / double(n));
+          const double mag = rr * std::fabs(double(gr[i]) * w[size_t(i)]) + std::fabs(double(xr[i])) * rr * rr * rr * dot_mag / double(n);
+          const double diff = std::fabs(dx[size_t(r * n + i)] - want);
+          ASSERT_LE(diff, 1e-5 * mag + 1e-7) << "row " << r << " i " << i;
+          worst = std::max(worst, diff / (mag + 1e-7));
+          dw_want[size_t(i)] += double(gr[i]) * xr[i] * rr;
+          dw_mag[size_t(i)] += std::fabs(double(gr[i]) * xr[i] * rr);
+        }
+      }
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_LE(std::fabs(dw[size_t(i)] - dw_want[size_t(i)]), 1e-5 * dw_mag[size_t(i)] + 1e-7) << "dw " << i;
+    }
+  std::printf("[norm-kernels] rms_norm backward: max |diff| / magnitude = %.3g\n", worst);
+}
+
+// The bits do not depend on the thread count; dx may be dy's memory; dw may be skipped.
+TEST(NormKernels, RmsNormBackwardThreadsAliasAndNoDw) {
+  const int64_t rows = 300, n = 768;
+  std::vector<float> x = random_floats(rows * n, 21, -2, 2), w = random_floats(n, 22, -1, 1);
+  std::vector<float> dy = random_floats(rows * n, 23, -1, 1), dx1(x.size()), dx2(x.size()), dw1(static_cast<size_t>(n)), dw2(static_cast<size_t>(n));
+  const int before = num_threads();
+  set_num_threads(1);
+  rms_norm_backward_f32(x.data(), w.data(), dy.data(), dx1.data(), dw1.data(), rows, n, 1e-5f);
+  set_num_threads(2);
+  rms_norm_backward_f32(x.data(), w.data(), dy.data(), dx2.data(), dw2.data(), rows, n, 1e-5f);
+  set_num_threads(before);
+  EXPECT_EQ(dx1, dx2);
+  EXPECT_EQ(dw1, dw2);
+  std::vector<float> inplace = dy;
+  rms_norm_backward_f32(x.data(), w.data(), inplace.data(), inplace.data(), nullptr, rows, n, 1e-5f);
+  EXPECT_EQ(inplace, dx1);
 }
 
 void check_layer_norm(double center, double spread, double& worst, double& worst_k) {

@@ -645,6 +645,12 @@ std::map<std::string, Case> cases() {
     g.op("milrt_rms_norm", {{"x", g.input(s)}, {"gamma", g.constant({s[2]})}, {"axes", lit_i32s({-1})},
                             {"eps", g.scalar(1e-3)}});
   });
+  t["milrt_rms_norm_grad"] = custom(kF32, [](Gen& g) {
+    Shape s = g.shape(3);
+    for (const Value& y : g.f.op_n("milrt_rms_norm_grad", {"dx", "dw"},
+                                   {{"x", g.input(s)}, {"w", g.input({s[2]})}, {"dy", g.input(s)}, {"eps", g.scalar(1e-3)}}))
+      g.f.output(y);
+  });
   return t;
 }
 

@@ -86,12 +86,22 @@ Grads rms_norm_rule(const RuleContext& c) {
   wb[size_t(d)] = xs[size_t(d)];
   const DType dt = xt.dtype;
   const double eps = float_or(c, "eps", 1e-5);
+  const bool has_w = c.op.has("w");
+  // Over the last dim of fp32 values (the transformers' layout) one fused
+  // op computes dx and dw in a pass per row; otherwise the primitives below.
+  if (rank != 4 && dt == DType::FP32 && has_w && input_type(c, "w").dtype == DType::FP32) {
+    std::vector<Value> g = c.b.op_n("milrt_rms_norm_grad", {c.name("x"), c.name("w")},
+                                    {{"x", c.in("x")}, {"w", Operand(*c.op.arg("w"))}, {"dy", g0(c)}, {"eps", scalar_of(dt, eps)}});
+    Grads out;
+    if (is_var_input(c, "x")) out["x"] = g[0];
+    if (is_var_input(c, "w")) out["w"] = g[1];
+    return out;
+  }
   Value x = c.in("x");
   Value ms = c.emit("reduce_mean", "ms", {{"x", mul(c, x, x, "sq")}, {"axes", lit_i32s({d})}, {"keep_dims", lit_bool(true)}});
   Value r = c.emit("rsqrt", "rrms", {{"x", add(c, ms, scalar_of(dt, eps), "var")}});
   Value xn = mul(c, x, r, "xn");
   Value g = g0(c);
-  const bool has_w = c.op.has("w");
   Grads out;
   if (is_var_input(c, "x")) {
     Value dxn = g;

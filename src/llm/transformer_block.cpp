@@ -28,7 +28,13 @@ Value TransformerBuilder::scalar(const std::string& name, double v) {
   return f_.constant(name, Tensor::scalar(dtype_, v));
 }
 
+// fp32: one rms_norm op over the last dim, one kernel pass forward and one
+// fused backward pass (milrt_rms_norm_grad) where the primitives take seven
+// passes over memory. fp16 (the Neural Engine's programs): the primitives,
+// each rounded to fp16 as the chip rounds them.
 Value TransformerBuilder::rmsnorm(const std::string& name, const Value& x, const Value& gamma) {
+  if (dtype_ != DType::FP16)
+    return f_.op("rms_norm", name, {{"x", x}, {"w", gamma}, {"eps", lit_f32(s_.norm_eps)}});
   Value sq = f_.op("mul", name + "_sq", {{"x", x}, {"y", x}});
   Value ms = f_.op("reduce_mean", name + "_ms", {{"x", sq}, {"axes", lit_i32s({-1})}, {"keep_dims", lit_bool(true)}});
   Value var = f_.op("add", name + "_var", {{"x", ms}, {"y", scalar("norm_eps", s_.norm_eps)}});

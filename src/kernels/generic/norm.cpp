@@ -1,8 +1,14 @@
 #include "kernels/generic/norm.h"
 
+#include <omp.h>
+
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/generic/lanes.h"
+#include "kernels/generic/multiversion.h"
+#include "kernels/grow_buffer.h"
+#include "kernels/threads.h"
 
 namespace milrt::kernels {
 namespace {
@@ -34,7 +40,67 @@ void scale_tile(const float* x, const float* gamma, const float* beta, float* y,
   }
 }
 
+// One row of rms_norm's backward (see norm.h); adds dy · xn to dw_acc.
+// Sums run in 16 fp32 lanes per block of lanes::kBlock, blocks added in fp64,
+// as lanes::sum does.
+MILRT_CLONES
+void rms_backward_row(const float* x, const float* w, const float* dy, float* dx, float* dw_acc, int64_t n, float eps) {
+  double ss = 0, dot = 0;
+  for (int64_t b = 0; b < n; b += lanes::kBlock) {
+    const int64_t e = std::min(n, b + lanes::kBlock);
+    float sq[lanes::kLanes] = {}, pr[lanes::kLanes] = {};
+    int64_t i = b;
+    for (; i + lanes::kLanes <= e; i += lanes::kLanes)
+      for (int j = 0; j < lanes::kLanes; ++j) {
+        const float v = x[i + j], d = w ? dy[i + j] * w[i + j] : dy[i + j];
+        sq[j] += v * v;
+        pr[j] += d * v;
+      }
+    for (int j = 0; i < e; ++i, ++j) {
+      const float v = x[i], d = w ? dy[i] * w[i] : dy[i];
+      sq[j] += v * v;
+      pr[j] += d * v;
+    }
+    for (int j = 0; j < lanes::kLanes; ++j) ss += sq[j], dot += pr[j];
+  }
+  const double r = 1.0 / std::sqrt(ss / double(n) + double(eps));
+  // dx = r·d - xn·r·mean(d·xn) = r·d - x·(r³·Σ d·x / n)
+  const float rf = float(r), c = float(r * r * r * dot / double(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i], g = dy[i], d = w ? g * w[i] : g;
+    if (dw_acc) dw_acc[i] += g * (v * rf);
+    dx[i] = rf * d - c * v;
+  }
+}
+
 }  // namespace
+
+void rms_norm_backward_f32(const float* x, const float* w, const float* dy, float* dx, float* dw, int64_t rows,
+                           int64_t n, float eps) {
+  if (rows <= 0 || n <= 0) {
+    if (dw) std::fill(dw, dw + std::max<int64_t>(n, 0), 0.0f);
+    return;
+  }
+  // dw's partial sums: one row of n per block of kRows rows, whatever the threads.
+  constexpr int64_t kRows = 32;
+  const int64_t blocks = (rows + kRows - 1) / kRows;
+  thread_local GrowBuffer partial_buf;
+  float* partial = dw ? partial_buf.get_as<float>(size_t(blocks * n)) : nullptr;
+  const int threads = pass_threads(rows * n, blocks);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    float* acc = partial ? partial + blk * n : nullptr;
+    if (acc) std::fill(acc, acc + n, 0.0f);
+    for (int64_t r = blk * kRows; r < std::min(rows, (blk + 1) * kRows); ++r)
+      rms_backward_row(x + r * n, w, dy + r * n, dx + r * n, acc, n, eps);
+  }
+  if (!dw) return;
+  for (int64_t i = 0; i < n; ++i) {
+    double s = 0;  // blocks added in fp64: the error stays that of one block's fp32 sum
+    for (int64_t blk = 0; blk < blocks; ++blk) s += partial[blk * n + i];
+    dw[i] = float(s);
+  }
+}
 
 void rms_norm_f32(const float* x, const float* gamma, float* y, int64_t outer, int64_t n, int64_t inner, float eps) {
   if (n <= 0) return;

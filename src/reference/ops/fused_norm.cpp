@@ -1,6 +1,8 @@
 // Reference of milrt_rms_norm: x / sqrt(mean(x², axes) + eps) · gamma in
 // fp64, rounded once to x's dtype. gamma is indexed row-major over the
-// normalized dims, as layer_norm's.
+// normalized dims, as layer_norm's. And of milrt_rms_norm_grad, from the
+// definition of the derivative of y = x · r · w, r = (mean(x²) + eps)^-1/2:
+// ∂y_j/∂x_i = w_j · r · (δ_ij - x_i · x_j · r² / n).
 #include <cmath>
 
 #include "reference/ref_ops.h"
@@ -50,8 +52,36 @@ void ref_milrt_rms_norm(RefCtx& c) {
   c.set_nd(0, y);
 }
 
+// Every row of the last dim: dx_i = Σ_j dy_j · ∂y_j/∂x_i, dw_j += dy_j · x_j · r.
+void ref_milrt_rms_norm_grad(RefCtx& c) {
+  NdArray x = c.nd("x"), w = c.nd("w"), dy = c.nd("dy");
+  if (x.rank() < 1 || dy.shape != x.shape) c.fail("dy must have x's shape");
+  const int64_t n = x.shape.back(), rows = n > 0 ? x.numel() / n : 0;
+  if (w.numel() != n) c.fail("w must have " + std::to_string(n) + " elements");
+  const double eps = c.f64("eps");
+  NdArray dx(x.shape), dw(w.shape);
+  for (int64_t row = 0; row < rows; ++row) {
+    const double* xr = x.v.data() + row * n;
+    const double* gr = dy.v.data() + row * n;
+    double ss = 0;
+    for (int64_t j = 0; j < n; ++j) ss += xr[j] * xr[j];
+    const double r = 1.0 / std::sqrt(ss / double(n) + eps);
+    for (int64_t i = 0; i < n; ++i) {
+      double s = 0;
+      for (int64_t j = 0; j < n; ++j) s += gr[j] * w.v[size_t(j)] * r * ((i == j ? 1.0 : 0.0) - xr[i] * xr[j] * r * r / double(n));
+      dx.v[size_t(row * n + i)] = s;
+      dw.v[size_t(i)] += gr[i] * xr[i] * r;
+    }
+  }
+  c.set_nd(0, dx);
+  c.set_nd(1, dw);
+}
+
 }  // namespace
 
-void register_ref_fused_norm_ops() { register_ref("milrt_rms_norm", ref_milrt_rms_norm); }
+void register_ref_fused_norm_ops() {
+  register_ref("milrt_rms_norm", ref_milrt_rms_norm);
+  register_ref("milrt_rms_norm_grad", ref_milrt_rms_norm_grad);
+}
 
 }  // namespace milrt::ref

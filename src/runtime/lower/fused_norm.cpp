@@ -79,6 +79,22 @@ std::unique_ptr<Step> lower_rms_norm(const Op& op, LowerCtx& ctx) {
   return rms_step(op, ctx, view_of(op, x.shape, {rank == 4 ? 1 : rank - 1}), "w", ctx.const_float(op, "eps", 1e-5));
 }
 
+// milrt_rms_norm_grad: rows of x's last dim (ir/ops/fused_norm.cpp).
+std::unique_ptr<Step> lower_milrt_rms_norm_grad(const Op& op, LowerCtx& ctx) {
+  ValueRef x = ctx.input(op, "x"), dy = ctx.input(op, "dy"), dx = ctx.output(op, 0), dw = ctx.output(op, 1);
+  if (x.dtype != DType::FP32 || x.shape.empty() || dy.shape != x.shape) throw_op_error(op, "x and dy must be one fp32 shape");
+  const int64_t n = x.shape.back(), rows = n > 0 ? x.numel() / n : 0;
+  const int iw = param(op, ctx, "w", n), ix = x.id, idy = dy.id, idx = dx.id, idw = dw.id;
+  const float e = float(ctx.const_float(op, "eps"));
+  auto step = make_step("rms_norm_grad", op, [=](const Frame& f) {
+    kernels::rms_norm_backward_f32(f.at<float>(ix), f.at<float>(iw), f.at<float>(idy), f.at<float>(idx),
+                                   f.at<float>(idw), rows, n, e);
+  });
+  step->info.flops = 10.0 * double(x.numel());
+  step->info.bytes = double(3 * x.numel() + 2 * n) * 4;
+  return step;
+}
+
 std::unique_ptr<Step> lower_layer_norm(const Op& op, LowerCtx& ctx) {
   ValueRef x = ctx.input(op, "x"), o = ctx.output(op);
   if (x.dtype != DType::FP32) throw_op_error(op, "only float inputs compile");
@@ -101,6 +117,7 @@ std::unique_ptr<Step> lower_layer_norm(const Op& op, LowerCtx& ctx) {
 void register_fused_norm_lowerings() {
   register_lowering("milrt_rms_norm", lower_milrt_rms_norm);
   register_lowering("rms_norm", lower_rms_norm);
+  register_lowering("milrt_rms_norm_grad", lower_milrt_rms_norm_grad);
   register_lowering("layer_norm", lower_layer_norm);
 }
 
