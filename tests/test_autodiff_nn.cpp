@@ -58,6 +58,21 @@ TEST(NnGrad, RmsNormWithoutOrConstWeight) {
   check(mil_type({2, 3}) + " x", "rms_norm(x = x, w = tensor<fp32, [3]>([0.5, -1.5, 2.0]))", {2, 3}, {"x"});
 }
 
+// ---- milrt_rope ------------------------------------------------------------------
+
+// Arbitrary tables (not a rotation: sin[2i] != -sin[2i+1]) so a rule that
+// assumed llama2.c's signs would fail; both directions of the map.
+TEST(NnGrad, RopeWithConstantTables) {
+  const std::string tables =
+      "tensor<fp32, [3, 4]>([[0.9, -0.3, 0.5, 1.2], [0.1, 0.7, -0.8, 0.4], [1.1, 0.2, 0.6, -0.5]])";
+  const std::string sines =
+      "tensor<fp32, [3, 4]>([[0.3, 0.8, -0.6, 0.2], [-0.9, 0.4, 0.1, 0.7], [0.5, -0.2, 1.3, 0.6]])";
+  for (const char* transpose : {"bool(false)", "bool(true)"})
+    check(mil_type({2, 3, 4}) + " x", "milrt_rope(x = x, cos = " + tables + ", sin = " + sines +
+                                          ", transpose = " + transpose + ")",
+          {2, 3, 4}, {"x"});
+}
+
 // ---- layer_norm -----------------------------------------------------------------
 
 TEST(NnGrad, LayerNormLastAxis) {

@@ -645,6 +645,11 @@ std::map<std::string, Case> cases() {
     g.op("milrt_rms_norm", {{"x", g.input(s)}, {"gamma", g.constant({s[2]})}, {"axes", lit_i32s({-1})},
                             {"eps", g.scalar(1e-3)}});
   });
+  t["milrt_rope"] = custom(kF32, [](Gen& g) {
+    const int64_t t = g.pick(1, 5), w = 2 * g.pick(1, 4);
+    g.op("milrt_rope", {{"x", g.input({g.pick(1, 3), t, w})}, {"cos", g.constant({t, w})}, {"sin", g.input({t, w})},
+                        {"transpose", lit_bool(g.coin())}});
+  });
   t["milrt_rms_norm_grad"] = custom(kF32, [](Gen& g) {
     Shape s = g.shape(3);
     for (const Value& y : g.f.op_n("milrt_rms_norm_grad", {"dx", "dw"},

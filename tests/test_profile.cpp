@@ -201,6 +201,8 @@ TEST(Profile, KernelFamilies) {
   EXPECT_EQ(kernel_family("softmax"), "attention");
   EXPECT_EQ(kernel_family("rms_norm"), "norms");
   EXPECT_EQ(kernel_family("layer_norm"), "norms");
+  EXPECT_EQ(kernel_family("rms_norm_grad"), "norms");
+  EXPECT_EQ(kernel_family("rope"), "elementwise");
   EXPECT_EQ(kernel_family("elementwise:3 ops"), "elementwise");
   EXPECT_EQ(kernel_family("binary:add"), "elementwise");
   EXPECT_EQ(kernel_family("reduce:reduce_sum"), "elementwise");

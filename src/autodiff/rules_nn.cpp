@@ -184,6 +184,20 @@ Grads fused_attention_grads(const RuleContext& c, const std::array<const char*, 
   return out;
 }
 
+// ---- rotary embedding -------------------------------------------------------------
+
+// milrt_rope is linear in x: its gradient is the transposed map, the same op
+// with `transpose` flipped. The tables are position constants.
+Grads milrt_rope_rule(const RuleContext& c) {
+  for (const char* key : {"cos", "sin"})
+    if (is_var_input(c, key) && !const_input(c, key))
+      throw_op_error(c.op, std::string("gradient rule: milrt_rope's ") + key + " table must be a constant");
+  if (!is_var_input(c, "x")) return {};
+  return {{"x", c.emit("milrt_rope", "x",
+                       {{"x", g0(c)}, {"cos", Operand(*c.op.arg("cos"))}, {"sin", Operand(*c.op.arg("sin"))},
+                        {"transpose", lit_bool(!bool_or(c, "transpose", false))}})}};
+}
+
 // A float mask computed at run time may depend on what is differentiated;
 // the fused backward gives no gradient for it.
 bool mask_needs_grad(const RuleContext& c, const std::string& key) {
@@ -408,6 +422,7 @@ void register_nn_grad_rules() {
   register_grad_rule("layer_norm", layer_norm_rule);
   register_grad_rule("scaled_dot_product_attention", sdpa_rule);
   register_grad_rule("milrt_attention", milrt_attention_rule);
+  register_grad_rule("milrt_rope", milrt_rope_rule);
   register_grad_rule("conv", conv_rule);
 }
 

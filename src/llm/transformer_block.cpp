@@ -65,7 +65,14 @@ Value TransformerBuilder::rope_table(const std::string& name, int64_t width, boo
   return f_.constant(name, t);
 }
 
+// fp32: one milrt_rope op (a pass over x, its gradient another). fp16 (the
+// Neural Engine's programs): the slices, concat and products it stands for.
 Value TransformerBuilder::rope(const std::string& name, const Value& x, int64_t width) {
+  const std::string w = std::to_string(width);
+  if (dtype_ != DType::FP16)
+    return f_.op("milrt_rope", name + "_rope",
+                 {{"x", x}, {"cos", rope_table("rope_cos_" + w, width, false)},
+                  {"sin", rope_table("rope_sin_" + w, width, true)}});
   const Shape lead = leading(x);
   const int64_t T = s_.seq, half = width / 2;
   Shape zeros(lead.size() + 3, 0), odd_begin = zeros;
@@ -78,7 +85,6 @@ Value TransformerBuilder::rope(const std::string& name, const Value& x, int64_t 
   Value swapped = f_.op("concat", name + "_swapped_pairs",
                         {{"values", tuple({odd, even})}, {"axis", lit_i32(-1)}, {"interleave", lit_bool(false)}});
   Value swap = f_.op("reshape", name + "_swapped", {{"x", swapped}, {"shape", lit_i32s(cat(lead, {T, width}))}});
-  const std::string w = std::to_string(width);
   Value xc = f_.op("mul", name + "_cos", {{"x", x}, {"y", rope_table("rope_cos_" + w, width, false)}});
   Value xs = f_.op("mul", name + "_sin", {{"x", swap}, {"y", rope_table("rope_sin_" + w, width, true)}});
   return f_.op("add", name + "_rope", {{"x", xc}, {"y", xs}});
