@@ -73,6 +73,15 @@ TEST(NnGrad, RopeWithConstantTables) {
           {2, 3, 4}, {"x"});
 }
 
+// ---- milrt_silu_mul ----------------------------------------------------------------
+
+TEST(NnGrad, SiluMulBothOperands) {
+  GradCheckOptions o;
+  o.ranges["a"] = {-4, 4};
+  check(mil_type({3, 7}) + " a, " + mil_type({3, 7}) + " b", "milrt_silu_mul(a = a, b = b)", {3, 7}, {"a", "b"}, {}, o);
+  check(mil_type({5}) + " a, " + mil_type({5}) + " b", "milrt_silu_mul(a = a, b = b)", {5}, {"b"});
+}
+
 // ---- layer_norm -----------------------------------------------------------------
 
 TEST(NnGrad, LayerNormLastAxis) {

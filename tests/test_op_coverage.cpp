@@ -650,6 +650,16 @@ std::map<std::string, Case> cases() {
     g.op("milrt_rope", {{"x", g.input({g.pick(1, 3), t, w})}, {"cos", g.constant({t, w})}, {"sin", g.input({t, w})},
                         {"transpose", lit_bool(g.coin())}});
   });
+  t["milrt_silu_mul"] = custom(kF32, [](Gen& g) {
+    Shape s = g.shape(size_t(g.pick(1, 3)));
+    g.op("milrt_silu_mul", {{"a", g.input(s, -6, 6)}, {"b", g.input(s)}});
+  });
+  t["milrt_silu_mul_grad"] = custom(kF32, [](Gen& g) {
+    Shape s = g.shape(size_t(g.pick(1, 3)));
+    for (const Value& y : g.f.op_n("milrt_silu_mul_grad", {"da", "db"},
+                                   {{"a", g.input(s, -6, 6)}, {"b", g.input(s)}, {"dy", g.input(s)}}))
+      g.f.output(y);
+  });
   t["milrt_rms_norm_grad"] = custom(kF32, [](Gen& g) {
     Shape s = g.shape(3);
     for (const Value& y : g.f.op_n("milrt_rms_norm_grad", {"dx", "dw"},

@@ -198,6 +198,18 @@ Grads milrt_rope_rule(const RuleContext& c) {
                         {"transpose", lit_bool(!bool_or(c, "transpose", false))}})}};
 }
 
+// ---- SwiGLU's gate -------------------------------------------------------------------
+
+// milrt_silu_mul(a, b): both gradients from one milrt_silu_mul_grad pass.
+Grads milrt_silu_mul_rule(const RuleContext& c) {
+  std::vector<Value> g =
+      c.b.op_n("milrt_silu_mul_grad", {c.name("a"), c.name("b")}, {{"a", c.in("a")}, {"b", c.in("b")}, {"dy", g0(c)}});
+  Grads out;
+  if (is_var_input(c, "a")) out["a"] = g[0];
+  if (is_var_input(c, "b")) out["b"] = g[1];
+  return out;
+}
+
 // A float mask computed at run time may depend on what is differentiated;
 // the fused backward gives no gradient for it.
 bool mask_needs_grad(const RuleContext& c, const std::string& key) {
@@ -423,6 +435,7 @@ void register_nn_grad_rules() {
   register_grad_rule("scaled_dot_product_attention", sdpa_rule);
   register_grad_rule("milrt_attention", milrt_attention_rule);
   register_grad_rule("milrt_rope", milrt_rope_rule);
+  register_grad_rule("milrt_silu_mul", milrt_silu_mul_rule);
   register_grad_rule("conv", conv_rule);
 }
 

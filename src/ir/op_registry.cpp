@@ -41,6 +41,7 @@ void ensure_ops_registered() {
     register_fused_attention_ops();
     register_fused_norm_ops();
     register_rope_ops();
+    register_swiglu_ops();
     register_fused_conv_ops();
     register_conv_chain_ops();
     register_pool_ops();

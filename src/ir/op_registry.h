@@ -102,6 +102,7 @@ void register_fused_gemm_ops();         // milrt_gemm
 void register_fused_attention_ops();    // milrt_softmax, milrt_attention
 void register_fused_norm_ops();         // milrt_rms_norm, milrt_rms_norm_grad
 void register_rope_ops();               // milrt_rope
+void register_swiglu_ops();             // milrt_silu_mul, milrt_silu_mul_grad
 void register_fused_conv_ops();         // milrt_conv
 void register_conv_chain_ops();         // milrt_conv_chain
 void register_pool_ops();               // max/avg/l2_pool, upsample_nearest_neighbor/_bilinear

@@ -143,8 +143,9 @@ Value TransformerBuilder::block(const std::string& p, const Value& x, const Bloc
   Value xb2 = rmsnorm(p + "ffn_norm", x1, w.rms_ffn);
   Value h1 = linear(p + "h1", xb2, w.w1);
   Value h3 = linear(p + "h3", xb2, w.w3);
-  Value act = f_.op("silu", p + "h1_silu", {{"x", h1}});
-  Value gate = f_.op("mul", p + "gate", {{"x", act}, {"y", h3}});
+  // fp32: silu(h1)·h3 as one op, one pass each way (milrt_silu_mul_grad).
+  Value gate = dtype_ == DType::FP16 ? f_.op("mul", p + "gate", {{"x", f_.op("silu", p + "h1_silu", {{"x", h1}})}, {"y", h3}})
+                                     : f_.op("milrt_silu_mul", p + "gate", {{"a", h1}, {"b", h3}});
   Value ffn = linear(p + "ffn_out", gate, w.w2);
   return f_.op("add", p + "x", {{"x", x1}, {"y", ffn}});
 }

@@ -32,6 +32,7 @@ void ensure_ref_ops_registered() {
     register_ref_fused_attention_ops();
     register_ref_fused_norm_ops();
     register_ref_rope_ops();
+    register_ref_swiglu_ops();
     register_ref_fused_conv_ops();
     register_ref_conv_chain_ops();
     register_ref_pool_ops();

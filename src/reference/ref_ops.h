@@ -87,6 +87,7 @@ void register_ref_fused_gemm_ops();
 void register_ref_fused_attention_ops();
 void register_ref_fused_norm_ops();
 void register_ref_rope_ops();
+void register_ref_swiglu_ops();
 void register_ref_fused_conv_ops();
 void register_ref_conv_chain_ops();
 void register_ref_pool_ops();

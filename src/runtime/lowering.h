@@ -118,6 +118,7 @@ void register_fused_gemm_lowerings();         // lower/fused_gemm.cpp: milrt_gem
 void register_fused_attention_lowerings();    // lower/fused_attention.cpp: milrt_softmax, milrt_attention, sdpa
 void register_fused_norm_lowerings();         // lower/fused_norm.cpp: milrt_rms_norm(_grad), layer_norm
 void register_rope_lowerings();               // lower/rope.cpp: milrt_rope
+void register_swiglu_lowerings();             // lower/swiglu.cpp: milrt_silu_mul(_grad)
 void register_fused_conv_lowerings();         // lower/fused_conv.cpp: milrt_conv
 void register_conv_chain_lowerings();         // lower/conv_chain.cpp: milrt_conv_chain
 void register_pool_lowerings();               // lower/pool.cpp: max/avg/l2_pool, upsample_*

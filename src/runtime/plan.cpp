@@ -80,6 +80,7 @@ void ensure_lowerings_registered() {
     register_fused_attention_lowerings();
     register_fused_norm_lowerings();
     register_rope_lowerings();
+    register_swiglu_lowerings();
     register_fused_conv_lowerings();
     register_conv_chain_lowerings();
     register_pool_lowerings();

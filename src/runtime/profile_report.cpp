@@ -41,7 +41,7 @@ std::string kernel_family(const std::string& k) {
     if (starts_with(k, p)) return "attention";
   for (const char* p : {"rms_norm", "layer_norm", "batch_norm", "instance_norm", "l2_norm"})
     if (starts_with(k, p)) return "norms";
-  for (const char* p : {"elementwise", "binary", "unary", "select", "reduce", "logical_not", "cumsum", "clip", "rope"})
+  for (const char* p : {"elementwise", "binary", "unary", "select", "reduce", "logical_not", "cumsum", "clip", "rope", "silu_mul"})
     if (starts_with(k, p)) return "elementwise";
   for (const char* p : {"transpose", "copy", "cast", "concat", "split", "slice", "pad", "tile", "gather", "scatter",
                         "one_hot", "band_part", "read_state", "coreml_update_state", "reverse", "stack", "reshape",
