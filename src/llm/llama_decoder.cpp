@@ -93,18 +93,8 @@ Value DecoderBuilder::rope(const std::string& name, const Value& x, int64_t widt
     Value sin = f_.op("gather", "rope_sin_rows_" + w, {{"x", sin_t}, {"indices", positions()}, {"axis", lit_i32(0)}});
     it = rope_rows_.emplace(width, std::make_pair(cos, sin)).first;
   }
-  const int64_t half = width / 2;
-  Value pairs = f_.op("reshape", name + "_pairs", {{"x", x}, {"shape", lit_i32s({1, T_, half, 2})}});
-  Value even = f_.op("slice_by_index", name + "_even",
-                     {{"x", pairs}, {"begin", lit_i32s({0, 0, 0, 0})}, {"end", lit_i32s({1, T_, half, 1})}});
-  Value odd = f_.op("slice_by_index", name + "_odd",
-                    {{"x", pairs}, {"begin", lit_i32s({0, 0, 0, 1})}, {"end", lit_i32s({1, T_, half, 2})}});
-  Value swapped = f_.op("concat", name + "_swapped_pairs",
-                        {{"values", tuple({odd, even})}, {"axis", lit_i32(-1)}, {"interleave", lit_bool(false)}});
-  Value swap = f_.op("reshape", name + "_swapped", {{"x", swapped}, {"shape", lit_i32s({1, T_, width})}});
-  Value xc = f_.op("mul", name + "_cos", {{"x", x}, {"y", it->second.first}});
-  Value xs = f_.op("mul", name + "_sin", {{"x", swap}, {"y", it->second.second}});
-  return f_.op("add", name + "_rope", {{"x", xc}, {"y", xs}});
+  // One pass over x (kernels/generic/rope.h) with this call's rows of the tables.
+  return f_.op("milrt_rope", name + "_rope", {{"x", x}, {"cos", it->second.first}, {"sin", it->second.second}});
 }
 
 // [T, seq] additive mask: 0 where key position j <= pos + i, else kMaskValue.
