@@ -121,6 +121,55 @@ TEST(AccumulateOutputs, RunWithInputsAccumulatesInPlanMemory) {
   }
 }
 
+// A tied embedding table's gradient: the classifier's product plus the rows
+// the tokens gathered, scattered into zeros (what autodiff writes). The sum
+// becomes the GEMM adding into the output's memory and the scatter writing
+// its rows there in place (fold-scatter-add, then an accumulator chain): no
+// add step, no table-sized buffer in the arena. Indices repeat.
+TEST(AccumulateOutputs, ATiedTableGradientAccumulatesInOutputMemory) {
+  constexpr int kV = 40, kD = 8, kT = 6;
+  const int idx[kT] = {3, 17, 3, 39, 0, 17};
+  std::string ids;
+  for (int i = 0; i < kT; ++i) ids += (i ? ", " : "") + std::to_string(idx[i]);
+  Program p = parse_mil(
+      test::program_text(
+          "tensor<fp32, [6, 40]> dl, tensor<fp32, [6, 8]> h, tensor<fp32, [6, 8]> u",
+          test::stmt("tensor<fp32, [40, 8]>", "gc", "matmul(x = dl, y = h, transpose_x = bool(true))") +
+              test::stmt("tensor<fp32, [40, 8]>", "z", "fill(shape = tensor<int32, [2]>([40, 8]), value = fp32(0))") +
+              test::stmt("tensor<fp32, [40, 8]>", "ge",
+                         "scatter(data = z, indices = tensor<int32, [6]>([" + ids + "]), updates = u, axis = int32(0), "
+                         "mode = string(\"add\"))") +
+              test::stmt("tensor<fp32, [40, 8]>", "g", "add(x = gc, y = ge)"),
+          "g"),
+      "tied.mil", ".");
+  verify(p);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> uni(-1, 1);
+  Tensor dl(DType::FP32, {kT, kV}), h(DType::FP32, {kT, kD}), u(DType::FP32, {kT, kD});
+  for (Tensor* t : {&dl, &h, &u})
+    for (int64_t i = 0; i < t->numel(); ++i) t->mutable_ptr<float>()[i] = uni(rng);
+  std::vector<double> one(kV * kD, 0.0);
+  for (int v = 0; v < kV; ++v)
+    for (int d = 0; d < kD; ++d)
+      for (int t = 0; t < kT; ++t) one[size_t(v * kD + d)] += double(dl.ptr<float>()[t * kV + v]) * h.ptr<float>()[t * kD + d];
+  for (int t = 0; t < kT; ++t)
+    for (int d = 0; d < kD; ++d) one[size_t(idx[t] * kD + d)] += u.ptr<float>()[t * kD + d];
+
+  CompileOptions o;
+  o.accumulate_outputs = {"g"};
+  Plan plan = compile(p, o);
+  for (const auto& s : plan.steps()) EXPECT_EQ(s.kernel.find("binary"), std::string::npos) << s.kernel;
+  EXPECT_LT(plan.arena_bytes(), size_t(kV * kD * 4)) << "the table's sum is not computed in the output's memory";
+  plan.bind("dl", dl), plan.bind("h", h), plan.bind("u", u);
+  Tensor g(DType::FP32, {kV, kD});
+  for (int64_t i = 0; i < g.numel(); ++i) g.mutable_ptr<float>()[i] = 0.5f;
+  plan.bind("g", g);
+  for (int runs = 1; runs <= 3; ++runs) {
+    plan.run();
+    expect_sum(g.ptr<float>(), one, 0.5, runs, "g");
+  }
+}
+
 TEST(AccumulateOutputs, BadNamesAreErrors) {
   auto error_of = [](CompileOptions o) -> std::string {
     try {

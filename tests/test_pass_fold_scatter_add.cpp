@@ -83,9 +83,7 @@ TEST(FoldScatterAdd, FoldsScatterAlongAxisAndScatterNd) {
 }
 
 TEST(FoldScatterAdd, LeavesOtherScattersAndAddsAlone) {
-  // Not zeros; not an add-scatter; the scatter read twice.
-  const Program ones = row_scatter("[2, 0]", "fill(shape = tensor<int32, [2]>([4, 3]), value = fp32(1))", "x = a, y = s");
-  EXPECT_EQ(producer(folded(ones), "y")->type, "add");
+  // Not an add-scatter; the scatter read twice; a broadcast.
   const Program update = row_scatter("[2, 0]", kFill, "x = a, y = s", "string(\"update\")");
   EXPECT_EQ(producer(folded(update), "y")->type, "add");
   const Program twice = parse18(
@@ -105,6 +103,28 @@ TEST(FoldScatterAdd, LeavesOtherScattersAndAddsAlone) {
       "    tensor<fp32, [4, 3]> y = add(x = a, y = s)[name = string(\"y\")];",
       "y");
   EXPECT_EQ(producer(folded(broadcast), "y")->type, "add");
+}
+
+// A scatter into something else than zeros moves out of the add:
+// a + scatter(d, u) = scatter(a + d, u), equal to fp32 rounding.
+TEST(FoldScatterAdd, MovesAScatterIntoOtherDataOutOfTheAdd) {
+  const Program before = parse18(
+      "tensor<fp32, [4, 3]> a, tensor<fp32, [4, 3]> d, tensor<fp32, [2, 3]> u",
+      "    tensor<fp32, [4, 3]> s = scatter(data = d, indices = tensor<int32, [2]>([2, 0]), updates = u, "
+      "axis = int32(0), mode = string(\"add\"))[name = string(\"s\")];\n"
+      "    tensor<fp32, [4, 3]> y = add(x = a, y = s)[name = string(\"y\")];",
+      "y");
+  const Program after = folded(before);
+  const Op* y = producer(after, "y");
+  ASSERT_EQ(y->type, "scatter");
+  const Op* sum = producer(after, y->arg("data")->var);
+  ASSERT_NE(sum, nullptr);
+  EXPECT_EQ(sum->type, "add");
+  EXPECT_EQ(op_counts(after)["scatter"], 1);  // the old one is gone
+  TensorMap in = inputs_for(before.functions[0], 9);
+  const Tensor want = run_reference(before, "main", in).at("y");
+  const Tensor got = run_reference(after, "main", in).at("y");
+  for (int64_t i = 0; i < want.numel(); ++i) EXPECT_NEAR(got.at(size_t(i)), want.at(size_t(i)), 1e-6) << i;
 }
 
 // Repeated indices: (a + u1) + u2 instead of a + (u1 + u2), equal to fp32 rounding.

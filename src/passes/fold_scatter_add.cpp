@@ -14,9 +14,23 @@
 // output and added it to `a`: three passes over memory for a few rows. After,
 // the runtime scatters into `a` in place when `a` has no other reader.
 //
-// Only fp32 values, with the add's output, `a` and `s` all of one type (no
-// broadcast), and `s` read by the add alone. Values change by rounding only
-// where an index repeats: a + (u1 + u2) becomes (a + u1) + u2.
+// And a scatter-add into anything else moves out of an add:
+//
+//   y = add(a, scatter(data = d, indices, updates, mode = "add"))
+// becomes
+//   y = scatter(data = add(a, d), indices, updates, mode = "add")
+//
+// so that add(a, d) can fuse with d's producer (a GEMM takes a as its
+// residual): a tied embedding's gradient accumulated over micro-steps
+// (CompileOptions::accumulate_outputs) becomes the classifier's GEMM adding
+// into the sum, then the embedding rows scattered into it, both in the
+// output's memory. The rewrites repeat until none applies; the ops they
+// leave unused are removed (as dce would).
+//
+// Only fp32 values, with the add's output, `a`, `s` (and `d`) all of one type
+// (no broadcast), and `s` read by the add alone. Values change by rounding
+// only where an index repeats or the additions reorder: a + (u1 + u2)
+// becomes (a + u1) + u2.
 #include <unordered_map>
 
 #include "passes/pass_registry.h"
@@ -52,13 +66,15 @@ bool is_zeros(const std::string& v, const std::unordered_map<std::string, const 
   return info.value && info.value->numel() == 1 && info.value->at(0) == 0;
 }
 
-void fold_function(Function& f, bool bare) {
+// One sweep over f; true when something was rewritten.
+bool fold_function(Function& f, bool bare) {
   const std::unordered_map<std::string, int> uses = passes::count_uses(f);
   const Function original = f;  // producer points into it while f.ops is rebuilt
   std::unordered_map<std::string, const Op*> producer;
   for (const Op& op : original.ops)
     for (const Output& o : op.outputs) producer[o.name] = &op;
 
+  bool changed = false;
   passes::rewrite_ops(f, bare, [&](const Op& op, passes::Replacement& r) {
     if (op.type != "add" || op.outputs.size() != 1) return false;
     const Type& out = op.outputs[0].type;
@@ -74,26 +90,36 @@ void fold_function(Function& f, bool bare) {
       if (u == uses.end() || u->second != 1 || scatter.outputs[0].type != out) continue;
       if (r.info(*a_arg).type != out) continue;
       const Arg* data = scatter.arg("data");
-      if (!data || data->kind != Arg::Kind::Var || !is_zeros(data->var, producer, r)) continue;
+      if (!data || data->kind != Arg::Kind::Var || r.info(*data).type != out) continue;
       // MIL's scatters add when no mode is given.
       if (scatter.has("mode")) {
         const auto mode = passes::const_str(r, scatter, "mode");
         if (!mode || *mode != "add") continue;
       }
+      const Arg into = is_zeros(data->var, producer, r) ? *a_arg : r.emit("add", "sum", {{"x", *a_arg}, {"y", *data}});
       passes::Inputs in;
-      for (const Input& i : scatter.inputs) in.push_back({i.key, i.key == "data" ? *a_arg : i.arg});
+      for (const Input& i : scatter.inputs) in.push_back({i.key, i.key == "data" ? into : i.arg});
       r.finish(scatter.type, in);
+      changed = true;
       return true;
     }
     return false;
   });
+  return changed;
 }
 
 }  // namespace
 
 namespace passes {
 void fold_scatter_add(Program& p) {
-  for (Function& f : p.functions) fold_function(f, p.version == "1.3");
+  // Each rewrite moves one scatter outward past one add: a program has
+  // finitely many, so this ends; the bound only guards against a mistake.
+  for (int round = 0; round < 64; ++round) {
+    bool changed = false;
+    for (Function& f : p.functions) changed |= fold_function(f, p.version == "1.3");
+    if (!changed) return;
+    dce(p);  // the folded scatters and their zeros, which would count as readers next round
+  }
 }
 }  // namespace passes
 

@@ -38,7 +38,7 @@ const std::vector<PassInfo>& all_passes() {
        passes::decompose_all},
       {"sink-reshapes", "move reshapes below elementwise ops so fusion sees whole chains", passes::sink_reshapes},
       {"fold-scatter-add", "add(a, scatter-add into zeros) into a scatter-add into a (the gradient of a gather with other "
-                           "uses), which then runs in place",
+                           "uses), run in place; add(a, scatter-add into d) into a scatter-add into add(a, d)",
        passes::fold_scatter_add},
       {"fuse-attention", "Q·Kᵀ → scale → mask → softmax → ·V (and scaled_dot_product_attention) into milrt_attention; "
                          "softmax with its scale and mask into milrt_softmax",

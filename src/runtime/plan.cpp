@@ -805,19 +805,30 @@ Plan compile(const Program& program, const CompileOptions& options) {
                   " but the input is " + prm->type.str());
   }
 
-  // Accumulators of accumulate_outputs: a view of the output's memory when
-  // the op computing the sum is their only reader and reads them in place
-  // (an elementwise add, a GEMM's residual); else a buffer of their own
-  // that run() fills from the output memory before the steps.
+  // Accumulators of accumulate_outputs: a view of the output's memory when a
+  // chain of ops carries them to the sum in place, each value of the chain
+  // read by the next op alone, which reads it in place (an elementwise add, a
+  // GEMM's residual, a scatter's data): the values of the chain are views of
+  // that memory too. Else a buffer of their own that run() fills from the
+  // output memory before the steps.
   std::map<std::string, bool> accumulator_in_place;  // accumulator parameter -> in place
+  std::map<std::string, std::string> in_output;      // a chain's value -> the sum whose memory holds it
   for (const rt::OutputAccumulator& a : accumulators) {
-    int def = -1;
-    for (int i = 0; i < n_ops; ++i)
-      for (auto& o : fn->ops[size_t(i)].outputs)
-        if (o.name == a.sum) def = i;
-    bool direct = def >= 0;
-    for (int at : uses_at(a.acc)) direct &= at == def;
-    accumulator_in_place[a.acc] = direct && contains(in_place_inputs(fn->ops[size_t(def)], types), a.acc);
+    std::vector<std::string> chain;
+    bool direct = false;
+    for (std::string v = a.acc; !direct;) {
+      const std::vector<int>& at = uses_at(v);
+      if (at.size() != 1) break;
+      const Op& op = fn->ops[size_t(at[0])];
+      if (op.outputs.size() != 1 || !contains(in_place_inputs(op, types), v)) break;
+      v = op.outputs[0].name;
+      direct = v == a.sum;
+      if (!direct && (is_output(v) || contains(chain, v))) break;
+      if (!direct) chain.push_back(v);
+    }
+    accumulator_in_place[a.acc] = direct;
+    if (direct)
+      for (const std::string& v : chain) in_output[v] = a.sum;
   }
 
   // Parameters: run()'s inputs, or persistent states.
@@ -919,6 +930,7 @@ Plan compile(const Program& program, const CompileOptions& options) {
     std::set<std::string> stateful, promoted;
     for (auto& [v, st] : in_state) { stateful.insert(v); stateful.insert(st); }
     for (auto& [in, out] : alias_of_input) { stateful.insert(in); stateful.insert(out); }
+    for (auto& [v, sum] : in_output) stateful.insert(v);  // lives in the sum's memory, not a view's root
     for (auto& prm : fn->params)
       if (is_state_param(prm)) stateful.insert(prm.name);
     for (auto& [view, root] : rt::find_views(*fn)) {
@@ -953,7 +965,7 @@ Plan compile(const Program& program, const CompileOptions& options) {
       if (o.type.is_tensor() && o.type.dtype != DType::String) o.type.dtype = rt::storage_dtype(o.type.dtype);
   MemoryPlanOptions mo;
   mo.alignment = 64;
-  mo.external = [&](const std::string& v) { return in_state.count(v) > 0; };
+  mo.external = [&](const std::string& v) { return in_state.count(v) > 0 || in_output.count(v) > 0; };
   mo.in_place = [&](const Op& op) { return in_place_inputs(op, types); };
   MemoryPlan mp = plan_memory(sized, mo);
   {
@@ -1000,7 +1012,9 @@ Plan compile(const Program& program, const CompileOptions& options) {
     for (auto& o : op.outputs) {
       check_static(op, o);
       if (!o.type.is_tensor()) throw_op_error(op, "output '" + o.name + "' is not a tensor: it cannot be compiled");
-      if (auto it = in_state.find(o.name); it != in_state.end()) {
+      if (in_output.count(o.name)) {
+        P.view_ids.push_back(P.add_val(o.name, o.type.dtype, o.type.shape, Kind::View));  // of the sum, set below
+      } else if (auto it = in_state.find(o.name); it != in_state.end()) {
         int id = P.add_val(o.name, o.type.dtype, o.type.shape, Kind::Alias);
         P.vals[size_t(id)].alias = P.ids.at(it->second);
       } else if (auto v = views.find(o.name); v != views.end()) {
@@ -1048,6 +1062,7 @@ Plan compile(const Program& program, const CompileOptions& options) {
     if (P.vals[size_t(acc)].kind == Kind::View) P.vals[size_t(acc)].alias = sum;
     else P.accumulator_copies.push_back({sum, acc});
   }
+  for (const auto& [value, sum] : in_output) P.vals[size_t(P.ids.at(value))].alias = P.ids.at(sum);
 
   for (const std::string& name : std::span(fn->outputs).first(n_outputs)) {
     auto it = P.ids.find(name);
