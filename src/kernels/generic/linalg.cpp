@@ -48,31 +48,35 @@ using lanes::kLanes;
 using lanes::kTile;
 
 // The largest (or smallest) value; a NaN anywhere makes the result NaN, as
-// in NumPy. Lanes keep a plain compare-select (vectorizable) and a NaN flag.
+// in NumPy. Lanes keep a plain compare-select and a NaN flag, both floats.
+// The lane loop must stay a loop: GCC 12 at -O3 -fno-trapping-math unrolls it
+// into sixteen scalar compare-moves (7.9 ms for the max of a [256, 32000]
+// array on one thread, 1.1 ms vectorized).
 template <bool Max>
-float extreme(const float* x, int64_t n) {
+[[gnu::always_inline]] inline float extreme(const float* x, int64_t n) {
   constexpr float start = Max ? -INFINITY : INFINITY;
-  float m[kLanes];
-  int nan[kLanes] = {};
-  for (int j = 0; j < kLanes; ++j) m[j] = start;
+  float m[kLanes], nan[kLanes];
+  for (int j = 0; j < kLanes; ++j) m[j] = start, nan[j] = 0;
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
+#pragma GCC unroll 1
     for (int j = 0; j < kLanes; ++j) {
-      float v = x[i + j];
-      m[j] = (Max ? v > m[j] : v < m[j]) ? v : m[j];
-      nan[j] |= v != v;
+      const float v = x[i + j];
+      m[j] = (Max ? m[j] < v : v < m[j]) ? v : m[j];
+      nan[j] = v != v ? 1.0f : nan[j];
     }
-  for (int j = 0; i < n; ++i, ++j) {
-    float v = x[i];
-    m[j] = (Max ? v > m[j] : v < m[j]) ? v : m[j];
-    nan[j] |= v != v;
-  }
   float r = start;
+  bool any_nan = false;
   for (int j = 0; j < kLanes; ++j) {
-    if (nan[j]) return NAN;
+    any_nan |= nan[j] != 0;
     r = (Max ? m[j] > r : m[j] < r) ? m[j] : r;
   }
-  return r;
+  for (; i < n; ++i) {
+    const float v = x[i];
+    any_nan |= v != v;
+    r = (Max ? v > r : v < r) ? v : r;
+  }
+  return any_nan ? NAN : r;
 }
 
 // The same per column of an [n, stride] block, columns j < w.
@@ -92,11 +96,16 @@ void column_extremes(const float* x, int64_t n, int64_t stride, int64_t w, doubl
   for (int64_t j = 0; j < w; ++j) out[j] = nan[j] ? NAN : m[j];
 }
 
+// The extremes of a contiguous run, cloned per ISA: 16 lanes wide on AVX-512
+// (the template compiled for the baseline takes four).
+MILRT_CLONES float max_run(const float* x, int64_t n) { return extreme<true>(x, n); }
+MILRT_CLONES float min_run(const float* x, int64_t n) { return extreme<false>(x, n); }
+
 // The accumulated value of a reduction over one contiguous run of n.
 double reduce_run(Reduce op, const float* p, int64_t n) {
   switch (op) {
-    case Reduce::Max: return extreme<true>(p, n);
-    case Reduce::Min: return extreme<false>(p, n);
+    case Reduce::Max: return max_run(p, n);
+    case Reduce::Min: return min_run(p, n);
     case Reduce::Prod: {  // in fp64: fp32 partial products over- and underflow
       double acc = 1;
       for (int64_t i = 0; i < n; ++i) acc *= p[i];
@@ -106,7 +115,7 @@ double reduce_run(Reduce op, const float* p, int64_t n) {
     case Reduce::L2:
     case Reduce::SumSquare: return lanes::sum(p, n, [](float v) { return v * v; });
     case Reduce::LogSumExp: {
-      float mx = extreme<true>(p, n);
+      float mx = max_run(p, n);
       return mx + std::log(exp_shift_sum_run(p, n, mx));
     }
     default: return lanes::sum(p, n, [](float v) { return v; });
