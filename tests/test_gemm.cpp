@@ -600,6 +600,54 @@ TEST(GemmThreads, AnyThreadCountGivesIdenticalBits) {
   }
 }
 
+// A training step's weight gradient: dW[M, N] += dYᵀ·X, i.e. A = dY stored
+// [K, M] and read transposed, B = X [K, N] packed per call, the residual C
+// itself, bf16 math (the AVX-512 bf16 path packs such an A into row panels).
+// Checked against fp64 sums of the bf16-rounded operands written out here,
+// and bit for bit across thread counts. Edges: partial register tiles in M
+// and N, odd K (a half-empty last pair), rows of C 4 KiB apart (N = 1024).
+TEST(GemmThreads, WeightGradientAccumulatesInPlace) {
+  const Shape shapes[] = {{70, 50, 36}, {70, 50, 256}, {29, 33, 7}, {300, 200, 256}, {43, 1024, 255}, {768, 97, 256}};
+  for (const Shape& s : shapes)
+    for (ElemType ta : {ElemType::f32, ElemType::bf16}) {
+      const Logical dy = random_logical(s.K, s.M, 21, ta), x = random_logical(s.K, s.N, 22),
+                    c0 = random_logical(s.M, s.N, 23);
+      const Stored sa(dy, ta, /*trans: stored [K, M] as dY is*/ false, 3), sb(x, ElemType::f32, false, 2);
+      const k::MatrixRef a_ref{sa.data(), ta, sa.ref().ld, /*trans=*/true};
+      // The plain reference: C0 + Σ_k bf16(dY[k][i])·bf16(X[k][j]) in fp64.
+      std::vector<double> want(size_t(s.M * s.N)), tol(want.size());
+      for (int64_t i = 0; i < s.M; ++i)
+        for (int64_t j = 0; j < s.N; ++j) {
+          double sum = 0, mag = 0;
+          for (int64_t kk = 0; kk < s.K; ++kk) {
+            const double p = round_to(ElemType::bf16, dy.at(kk, i)) * round_to(ElemType::bf16, x.at(kk, j));
+            sum += p;
+            mag += std::abs(p);
+          }
+          const size_t idx = size_t(i * s.N + j);
+          want[idx] = c0.at(i, j) + sum;
+          tol[idx] = double(s.K + 2) * kU32 * mag + 2 * kU32 * (std::abs(want[idx]) + std::abs(c0.at(i, j)));
+        }
+      for (Isa isa : k::usable_isas()) {
+        SCOPED_TRACE(std::string(k::isa_name(isa)) + " " + describe(s) + " dY:" + type_name(ta));
+        std::vector<Buffer> outs;
+        for (int threads : {1, 2, 3}) {
+          ThreadCount tc(threads);
+          Buffer c(s.M, s.N, ElemType::f32, s.N == 1024 ? 0 : 1);
+          for (int64_t i = 0; i < s.M; ++i)
+            for (int64_t j = 0; j < s.N; ++j) c.set(i, j, c0.at(i, j));
+          k::gemm(s.M, s.N, s.K, a_ref, sb.ref(), c.out(),
+                  k::Epilogue{.residual = c.data(), .residual_type = ElemType::f32, .residual_ld = c.ld()},
+                  GemmMath::bf16, isa);
+          outs.push_back(std::move(c));
+        }
+        expect_near_all(outs[0], s.M, s.N, want, tol);
+        for (size_t t = 1; t < outs.size(); ++t)
+          EXPECT_EQ(outs[0].raw(), outs[t].raw()) << (t + 1) << " threads differ from 1";
+      }
+    }
+}
+
 TEST(GemmThreads, EnvironmentSetsTheDefault) {
   // MILRT_THREADS is read once per process; here only its effect is visible.
   const char* env = std::getenv("MILRT_THREADS");

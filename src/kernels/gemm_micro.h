@@ -72,6 +72,13 @@ struct KernelSet {
   // as an AMX tile configuration is set up once here, not in every call.
   void (*task_begin)() = nullptr;
   void (*task_end)() = nullptr;
+  // Optional (bf16_pairs only): the same micro-kernel, bit for bit, reading A
+  // from MR-row panels instead of rows: the 32-bit word (pair p) of tile row i
+  // is at a + 2·(p·mr + i) bf16 elements; lda is unused. The driver packs a
+  // transposed A (a weight gradient's dYᵀ, stored [K, M]) this way: each
+  // panel row is a contiguous slice of two stored rows, so packing needs no
+  // transpose, and the tile reads A as one contiguous stream.
+  MicroKernel micro_panel_a = nullptr;
 };
 
 extern const KernelSet kGenericF32;

@@ -3,6 +3,11 @@
 // constant (reordered) B and OpenBLAS sgemm, all on the same A, W and C.
 // Rows also carry "own_bf16_isa" (the path own_bf16 ran) and, where that is
 // amx, "own_bf16_avx512": the AVX-512 bf16 kernel on the same operands.
+// Then the weight-gradient rows ("kind": "weight_gradient"): a training
+// step's dW += dYᵀ·X, C[M,N] += Aᵀ·B with A = dY stored [K, M] (read
+// transposed), B = X [K, N] fp32 packed per call (not a constant), the
+// residual C itself; no OpenBLAS figure (its peer here is sgemm A·Wᵀ only).
+// Not in --quick runs.
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -66,8 +71,111 @@ std::unique_ptr<OnednnGemm> make_onednn(int64_t m, int64_t n, int64_t k, const v
   }
 }
 
+// Stories110M's weight gradients over one sequence of 256 tokens: dW[M, N] += dYᵀ·X.
+struct GradShape {
+  int64_t m, n, k;
+  const char* what;
+};
+constexpr GradShape kGradShapes[] = {
+    {768, 768, 256, "weight gradient C += A^T*B: attention projections (wq, wk, wv, wo)"},
+    {2048, 768, 256, "weight gradient C += A^T*B: FFN up/gate (w1, w3)"},
+    {768, 2048, 256, "weight gradient C += A^T*B: FFN down (w2)"},
+};
+
+// oneDNN's matmul for a weight-gradient shape (A transposed, B per call, C += in place), or nothing (why in `impl`).
+std::unique_ptr<OnednnGemm> make_onednn_grad(const GradShape& g, GemmMath math, std::string& impl) {
+  if (!onednn_available()) {
+    impl = "not in this build";
+    return nullptr;
+  }
+  try {
+    auto d = std::make_unique<OnednnGemm>(OnednnGemmDesc{.m = g.m,
+                                                         .n = g.n,
+                                                         .k = g.k,
+                                                         .a = {nullptr, ElemType::f32, g.m, /*trans=*/true},
+                                                         .b = {nullptr, ElemType::f32, g.n},
+                                                         .b_const = false,
+                                                         .has_residual = true,
+                                                         .residual_ld = g.n,
+                                                         .math = math});
+    impl = d->impl_name();
+    if (impl.rfind("ref", 0) == 0) {
+      impl += " (reference implementation: not timed)";
+      return nullptr;
+    }
+    return d;
+  } catch (const std::exception& e) {
+    impl = std::string("unavailable: ") + e.what();
+    return nullptr;
+  }
+}
+
 double ratio(const nlohmann::json& a, const nlohmann::json& b) {
   return a.at("gflops").get<double>() / b.at("gflops").get<double>();
+}
+
+// The weight-gradient rows, appended to `rows` (see the top of the file).
+void bench_gemm_grad(const Options& o, const nlohmann::json& ceilings, const RowSink& sink, nlohmann::json& rows) {
+  const char* columns[] = {"own_fp32", "own_bf16", "own_bf16_avx512", "onednn_fp32", "onednn_bf16", "openblas"};
+  for (size_t s = 0; s < std::size(kGradShapes); ++s) {
+    const GradShape& g = kGradShapes[s];
+    const int64_t m = g.m, n = g.n, k = g.k;
+    // Gradient-sized values; C grows slowly over the repetitions (each adds a K-term sum), never near overflow.
+    std::vector<float> a(size_t(k * m)), b(size_t(k * n)), c(size_t(m * n));
+    fill_uniform(a.data(), a.size(), uint32_t(11 + s));
+    fill_uniform(b.data(), b.size(), uint32_t(21 + s));
+    fill_uniform(c.data(), c.size(), uint32_t(31 + s));
+    nlohmann::json row = {{"m", m},
+                          {"n", n},
+                          {"k", k},
+                          {"what", g.what},
+                          {"kind", "weight_gradient"},
+                          {"own_bf16_isa", std::string(isa_name(current_isa()))}};
+    std::string impl32, impl16;
+    auto dnn32 = make_onednn_grad(g, GemmMath::fp32, impl32);
+    auto dnn16 = make_onednn_grad(g, GemmMath::bf16, impl16);
+    row["onednn_impl"] = {{"fp32", impl32}, {"bf16", impl16}};
+    const MatrixRef ar{a.data(), ElemType::f32, m, /*trans=*/true};
+    const MatrixRef br{b.data(), ElemType::f32, n};
+    const OutputRef out{c.data(), ElemType::f32, n};
+    const Epilogue acc{.residual = c.data(), .residual_type = ElemType::f32, .residual_ld = n};
+    const double flops = 2.0 * double(m) * double(n) * double(k);
+    nlohmann::json by_threads = nlohmann::json::object();
+    for (int t : o.threads) {
+      set_num_threads(t);
+      const double p32 = ceiling_at(ceilings, t, "fp32_gflops"), p16 = ceiling_at(ceilings, t, "bf16_gflops");
+      const double pamx = current_isa() == Isa::amx ? ceiling_at(ceilings, t, "amx_bf16_gflops") : p16;
+      auto gflops = [&](auto f) { return flops / median_seconds(o.reps, target_seconds(o), f) * 1e-9; };
+      nlohmann::json e;
+      e["own_fp32"] = figure("gflops", gflops([&] { gemm(m, n, k, ar, br, out, acc, GemmMath::fp32); }), p32);
+      e["own_bf16"] = figure("gflops", gflops([&] { gemm(m, n, k, ar, br, out, acc, GemmMath::bf16); }), pamx);
+      e["own_bf16_avx512"] =
+          current_isa() == Isa::amx
+              ? figure("gflops", gflops([&] { gemm(m, n, k, ar, br, out, acc, GemmMath::bf16, Isa::avx512); }), p16)
+              : nlohmann::json(nullptr);
+      e["onednn_fp32"] =
+          dnn32 ? figure("gflops", gflops([&] { dnn32->run(a.data(), b.data(), out, nullptr, c.data()); }), p32)
+                : nlohmann::json(nullptr);
+      e["onednn_bf16"] =
+          dnn16 ? figure("gflops", gflops([&] { dnn16->run(a.data(), b.data(), out, nullptr, c.data()); }), pamx)
+                : nlohmann::json(nullptr);
+      e["openblas"] = nullptr;
+      auto vs = [&](const char* x, const char* y) {
+        return e[y].is_null() ? nlohmann::json(nullptr) : nlohmann::json(ratio(e[x], e[y]));
+      };
+      e["own_vs_onednn"] = vs("own_fp32", "onednn_fp32");
+      e["own_vs_openblas"] = nullptr;
+      e["own_bf16_vs_onednn_bf16"] = vs("own_bf16", "onednn_bf16");
+      by_threads[std::to_string(t)] = e;
+    }
+    set_num_threads(0);
+    row["threads"] = by_threads;
+    nlohmann::json sc = nlohmann::json::object();
+    for (const char* col : columns) sc[col] = scaling(by_threads, o, col, "gflops");
+    row["scaling"] = sc;
+    sink(row);
+    rows.push_back(row);
+  }
 }
 
 }  // namespace
@@ -144,6 +252,7 @@ nlohmann::json bench_gemm(const Options& o, const nlohmann::json& ceilings, cons
       rows.push_back(row);
     }
   }
+  if (!o.quick) bench_gemm_grad(o, ceilings, sink, rows);  // --quick keeps its two forward shapes
   return rows;
 }
 

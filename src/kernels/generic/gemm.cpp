@@ -2,7 +2,8 @@
 // cache blocking, edge tiles) and the portable C++ micro-kernel.
 //
 // Loop nest (BLIS-like; the (jc, ic) blocks are the tasks threads share):
-//   pack A once (only when it is not already rows of fp32/bf16 along k)
+//   pack A once (only when it is not already rows of fp32/bf16 along k; a
+//     transposed A goes into MR-row panels where the kernel reads those)
 //   pack B once unless pre-packed
 //   for jc in N by NC:            (threads: NC shrinks so every thread gets blocks)
 //     for ic in M by MC:
@@ -151,6 +152,8 @@ struct ThreadScratch {
 };
 thread_local ThreadScratch t_scratch;
 
+constexpr int kMaxMr = 32, kMaxNr = 64;  // bounds on every KernelSet's mr and nr (staging buffers)
+
 // ---- packing ----------------------------------------------------------------
 
 // Element (r, c) of op(X) as stored.
@@ -227,22 +230,48 @@ void pack_a_rows(const MatrixRef& a, int64_t M, int64_t K, int64_t Kp, bool roun
   }
 }
 
-// One bf16 pair panel from fp32 B on the vector path (convert_rows.h): the
-// columns [jbase, jbase + width) of op(B)[K, N], zero past width and K.
+// A matrix stored [K, cols] (rows along its columns: a weight gradient's dY
+// read transposed as A, or X as B) -> panels of bf16 pairs `width` columns
+// wide: panel r holds, for each pair p, width 32-bit words, word j =
+// (stored[2p][r·width + j], stored[2p+1][r·width + j]), zero past cols and K.
+// That is the B panel layout (gemm_micro.h) and, with width = mr, the A
+// panels of KernelSet::micro_panel_a. A panel's pair row is a contiguous
+// slice of two stored rows, so a stretch of panels is converted at once: no
+// transpose. (dYᵀ transposed into rows along k cost a tenth of a weight
+// gradient's time; B converted 32 words per call, a few percent.)
+template <class Src>
+void pack_pair_panels(const MatrixRef& x, int64_t cols, int64_t K, int64_t Kp, int width, uint32_t* dst) {
+  const int64_t pairs = Kp / 2, panels = (cols + width - 1) / width, panel_words = pairs * width;
+  constexpr int64_t kStretch = 16;  // panels converted per call
+  const Src* src = static_cast<const Src*>(x.data);
+  const int threads = pass_threads(cols * K, pairs);
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+  for (int64_t p = 0; p < pairs; ++p) {
+    alignas(64) uint32_t words[kStretch * std::max(kMaxMr, kMaxNr)];
+    const Src* r0 = src + 2 * p * x.ld;
+    const Src* r1 = 2 * p + 1 < K ? r0 + x.ld : nullptr;
+    for (int64_t q0 = 0; q0 < panels; q0 += kStretch) {
+      const int64_t nq = std::min(kStretch, panels - q0), j0 = q0 * width;
+      const int64_t n = std::min(nq * width, cols - j0);
+      if constexpr (std::is_same_v<Src, float>) {
+        f32_row_pair_to_bf16_words(r0 + j0, r1 ? r1 + j0 : nullptr, words, n);
+      } else {
+        for (int64_t j = 0; j < n; ++j) words[j] = uint32_t(r0[j0 + j]) | (r1 ? uint32_t(r1[j0 + j]) << 16 : 0u);
+      }
+      std::fill(words + n, words + nq * width, 0u);
+      for (int64_t q = 0; q < nq; ++q)
+        std::memcpy(dst + (q0 + q) * panel_words + p * width, words + q * width, size_t(width) * sizeof(uint32_t));
+    }
+  }
+}
+
+// One bf16 pair panel from fp32 B stored transposed ([N, K]) on the vector
+// path (convert_rows.h): the columns [jbase, jbase + width) of op(B)[K, N],
+// zero past width and K. (B stored [K, N] goes through pack_pair_panels.)
 void pack_bf16_pair_panel(const MatrixRef& b, int64_t K, int64_t Kp, int64_t jbase, int64_t width, int nr,
                           uint32_t* words) {
   const auto* src = static_cast<const float*>(b.data);
   const int64_t pairs = Kp / 2;
-  if (!b.trans) {
-    // Stored rows 2q and 2q+1 are the two halves of pair row q.
-    for (int64_t q = 0; q < pairs; ++q) {
-      uint32_t* w = words + q * nr;
-      const float* r0 = src + 2 * q * b.ld + jbase;
-      f32_row_pair_to_bf16_words(r0, 2 * q + 1 < K ? r0 + b.ld : nullptr, w, width);
-      std::fill(w + width, w + nr, 0u);
-    }
-    return;
-  }
   // Stored [N, K]: column j's pairs are adjacent in its stored row, so the
   // row converted to bf16 is already its words; they go to every nr-th word.
   constexpr int64_t kChunk = 256;  // k values per conversion, even
@@ -277,7 +306,7 @@ void pack_b_panels(const MatrixRef& b, int64_t K, int64_t Kp, int64_t j0, int64_
     const int64_t jbase = j0 + p * nr;
     const int64_t width = std::min<int64_t>(nr, j0 + ncols - jbase);
     if constexpr (std::is_same_v<Dst, uint16_t> && std::is_same_v<Src, float>) {
-      if (fmt == PackFormat::bf16_pairs) {
+      if (fmt == PackFormat::bf16_pairs && b.trans) {
         pack_bf16_pair_panel(b, K, Kp, jbase, width, nr, reinterpret_cast<uint32_t*>(panel));
         continue;
       }
@@ -308,6 +337,14 @@ void pack_b_dispatch(const MatrixRef& b, int64_t K, int64_t Kp, int64_t j0, int6
 
 void pack_b(const MatrixRef& b, int64_t K, int64_t j0, int64_t ncols, const KernelSet& ks, bool round, void* dst) {
   const int64_t Kp = packed_k(ks.format, K);
+  if (ks.format == PackFormat::bf16_pairs && !b.trans && K > 0) {
+    // Stored [K, N]: pair rows are slices of stored row pairs (a weight gradient's X, packed per call).
+    MatrixRef cols = b;
+    cols.data = static_cast<const std::byte*>(b.data) + size_t(j0) * elem_bytes(b.type);
+    if (b.type == ElemType::f32) pack_pair_panels<float>(cols, ncols, K, Kp, ks.nr, static_cast<uint32_t*>(dst));
+    else pack_pair_panels<uint16_t>(cols, ncols, K, Kp, ks.nr, static_cast<uint32_t*>(dst));
+    return;
+  }
   if (ks.format == PackFormat::f32) pack_b_dispatch<float>(b, K, Kp, j0, ncols, ks, round, dst);
   else pack_b_dispatch<uint16_t>(b, K, Kp, j0, ncols, ks, round, dst);
 }
@@ -317,10 +354,13 @@ size_t packed_b_bytes(const KernelSet& ks, int64_t K, int64_t ncols) {
 }
 
 // A in the micro-kernel's form: used in place when it already is (fp32 or
-// bf16 rows along k that need no rounding or padding), else packed.
+// bf16 rows along k that need no rounding or padding), else packed: into
+// rows along k (ld elements apart), or into MR-row panels (`panels`; ld
+// unused) where the kernel has a panel variant and A is stored transposed.
 struct PreparedA {
   const void* data;
   int64_t ld;
+  bool panels = false;
 };
 
 PreparedA prepare_a(const MatrixRef& a, int64_t M, int64_t K, const KernelSet& ks, bool round) {
@@ -334,6 +374,13 @@ PreparedA prepare_a(const MatrixRef& a, int64_t M, int64_t K, const KernelSet& k
   const bool usable = a.type == want && !a.trans && !(f32 && round) && (f32 || K % 2 == 0) && !aliasing && aligned;
   if (usable || M == 0) return {a.data, a.ld};
   const int64_t Kp = packed_k(ks.format, K);
+  if (a.trans && ks.micro_panel_a && ks.format == PackFormat::bf16_pairs) {
+    const size_t words = size_t(round_up(M, ks.mr)) * size_t(Kp / 2);
+    auto* dst = static_cast<uint32_t*>(t_scratch.a.get(std::max<size_t>(words, 1) * sizeof(uint32_t)));
+    if (a.type == ElemType::f32) pack_pair_panels<float>(a, M, K, Kp, ks.mr, dst);
+    else pack_pair_panels<uint16_t>(a, M, K, Kp, ks.mr, dst);
+    return {dst, 0, true};
+  }
   const int64_t ld = round_up(std::max<int64_t>(Kp, 1), 32) + 64 / int64_t(format_bytes(ks.format));
   void* dst = t_scratch.a.get(size_t(M) * ld * format_bytes(ks.format));
   if (f32) {
@@ -358,12 +405,10 @@ struct Operands {
   Epilogue ep;
 };
 
-constexpr int kMaxMr = 32, kMaxNr = 64;  // bounds on every KernelSet's mr and nr (staging buffers)
-
 // Stores one finished tile; edge tiles narrower than NR go through a
 // full-width staging buffer so micro-kernels only ever store whole vectors.
-void finish_tile(const KernelSet& ks, detail::MicroArgs& args, const Operands& op, int64_t row, int64_t col,
-                 int n) {
+void finish_tile(const KernelSet& ks, detail::MicroKernel micro, detail::MicroArgs& args, const Operands& op,
+                 int64_t row, int64_t col, int n) {
   const Epilogue& ep = op.ep;
   const size_t cb = elem_bytes(op.c.type), rb = elem_bytes(ep.residual_type);
   detail::TileStore ts{static_cast<std::byte*>(op.c.data) + (row * op.c.ld + col) * cb,
@@ -378,7 +423,7 @@ void finish_tile(const KernelSet& ks, detail::MicroArgs& args, const Operands& o
                        ep.residual_type};
   args.out = &ts;
   if (n == ks.nr) {
-    ks.micro(args);
+    micro(args);
     return;
   }
   alignas(64) float c_stage[kMaxMr * kMaxNr];
@@ -398,7 +443,7 @@ void finish_tile(const KernelSet& ks, detail::MicroArgs& args, const Operands& o
   }
   ts.c = c_stage;
   ts.ldc = ks.nr;
-  ks.micro(args);
+  micro(args);
   for (int i = 0; i < args.m; ++i)
     std::memcpy(c_dst + i * op.c.ld * cb, reinterpret_cast<const std::byte*>(c_stage) + i * ks.nr * cb, n * cb);
 }
@@ -418,18 +463,24 @@ void run_blocked(const KernelSet& ks, const Operands& op) {
   const size_t fb = format_bytes(ks.format);
   const int64_t Kp = packed_k(ks.format, K);
   const int64_t k_blocks = K == 0 ? 1 : (K + ks.kc - 1) / ks.kc;
-  const int64_t tasks_m = (M + ks.mc - 1) / ks.mc;
-  const int64_t mc = round_up((M + tasks_m - 1) / tasks_m, ks.mr);  // even blocks, <= ks.mc
+  // M blocks of whole register tiles, as even as tiles allow (block b holds
+  // tiles [b·tiles_m/tasks_m, (b+1)·tiles_m/tasks_m)): every tile starts at a
+  // multiple of mr whatever the blocks, and M = 2048 gives 13 blocks of 11-12
+  // tiles rather than 12 of 12 and one of 3.
+  const int64_t tiles_m = (M + ks.mr - 1) / ks.mr, block_tiles = std::max(1, ks.mc / ks.mr);
+  const int64_t tasks_m = (tiles_m + block_tiles - 1) / block_tiles;
+  const int64_t mc = (tiles_m + tasks_m - 1) / tasks_m * ks.mr;  // the largest block, <= ks.mc
+  auto block_row = [&](int64_t b) { return std::min(M, b * tiles_m / tasks_m * ks.mr); };
 
   int threads = 1;
   if (double(M) * double(N) * double(K) >= kMinParallelMacs && !omp_in_parallel()) threads = num_threads();
-  int64_t nc = ks.nc;
-  if (threads > 1) {
-    // At least two tasks per thread so that uneven ones even out.
-    const int64_t want_n = (2 * threads + tasks_m - 1) / tasks_m;
-    nc = std::min<int64_t>(ks.nc, std::max<int64_t>(2 * ks.nr, round_up((N + want_n - 1) / want_n, ks.nr)));
-  }
-  const int64_t tasks_n = (N + nc - 1) / nc;
+  // N chunks of whole panels, as even as panels allow; with threads, at least
+  // two tasks per thread so that uneven ones even out.
+  int64_t tasks_n = (N + ks.nc - 1) / ks.nc;
+  if (threads > 1) tasks_n = std::max(tasks_n, (2 * threads + tasks_m - 1) / tasks_m);
+  int64_t nc = round_up((N + tasks_n - 1) / tasks_n, ks.nr);
+  if (threads > 1) nc = std::min<int64_t>(ks.nc, std::max<int64_t>(nc, 2 * ks.nr));
+  tasks_n = (N + nc - 1) / nc;
   const int64_t tasks = tasks_m * tasks_n;
   threads = int(std::min<int64_t>(threads, tasks));
 
@@ -442,10 +493,16 @@ void run_blocked(const KernelSet& ks, const Operands& op) {
   }
   const int64_t ld_acc = round_up(std::min<int64_t>(nc, N), ks.nr);
   const auto* a = static_cast<const std::byte*>(op.a.data);
+  const detail::MicroKernel micro = op.a.panels ? ks.micro_panel_a : ks.micro;
+  // Where the A tile of rows [row, row + mr) starts at k = pc.
+  auto a_tile = [&](int64_t row, int64_t pc) {
+    if (op.a.panels) return a + (size_t(row / ks.mr) * size_t(Kp / 2) + size_t(pc / 2)) * size_t(ks.mr) * 4;
+    return a + size_t(row * op.a.ld + pc) * fb;
+  };
 
   auto task = [&](int64_t t) {
-    const int64_t jc = (t / tasks_m) * nc, ic = (t % tasks_m) * mc;
-    const int64_t ncb = std::min<int64_t>(nc, N - jc), mcb = std::min<int64_t>(mc, M - ic);
+    const int64_t jc = (t / tasks_m) * nc, ic = block_row(t % tasks_m);
+    const int64_t ncb = std::min<int64_t>(nc, N - jc), mcb = block_row(t % tasks_m + 1) - ic;
     float* acc = k_blocks > 1 ? static_cast<float*>(t_scratch.acc.get(size_t(mc) * ld_acc * sizeof(float)))
                               : nullptr;
     const std::byte* bblk = bdata + size_t(jc) * Kp * fb;  // jc is a multiple of nr: whole panels
@@ -459,7 +516,7 @@ void run_blocked(const KernelSet& ks, const Operands& op) {
         const std::byte* bpanel = bblk + size_t(jr * Kp + pc * ks.nr) * fb;
         for (int64_t ir = 0; ir < mcb; ir += ks.mr) {
           detail::MicroArgs args{ks.format == PackFormat::f32 ? kcb : (kcb + 1) / 2,
-                                 a + size_t((ic + ir) * op.a.ld + pc) * fb,
+                                 a_tile(ic + ir, pc),
                                  op.a.ld,
                                  bpanel,
                                  int(std::min<int64_t>(ks.mr, mcb - ir)),
@@ -467,8 +524,8 @@ void run_blocked(const KernelSet& ks, const Operands& op) {
                                  ld_acc,
                                  kb > 0,
                                  nullptr};
-          if (last) finish_tile(ks, args, op, ic + ir, jc + jr, n);
-          else ks.micro(args);
+          if (last) finish_tile(ks, micro, args, op, ic + ir, jc + jr, n);
+          else micro(args);
         }
       }
     }

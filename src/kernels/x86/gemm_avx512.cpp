@@ -95,9 +95,10 @@ inline void store16(void* p, ElemType t, __m512 v) {
 inline int elem_size(ElemType t) { return t == ElemType::f32 ? 4 : 2; }
 
 // Adds earlier partial sums, then either saves the sums (more K blocks to
-// come) or applies the epilogue and stores the tile.
+// come) or applies the epilogue and stores the tile. Always inlined, on the
+// accumulators themselves (tile_*): the sums stay in registers.
 template <int M>
-inline void finish(__m512 (&c)[M][2], const MicroArgs& p) {
+[[gnu::always_inline]] inline void finish(__m512 (&c)[M][2], const MicroArgs& p) {
   if (p.load_acc)
     for (int i = 0; i < M; ++i)
       for (int j = 0; j < 2; ++j) c[i][j] = _mm512_add_ps(c[i][j], _mm512_loadu_ps(p.acc + i * p.ld_acc + 16 * j));
@@ -106,7 +107,9 @@ inline void finish(__m512 (&c)[M][2], const MicroArgs& p) {
       for (int j = 0; j < 2; ++j) _mm512_storeu_ps(p.acc + i * p.ld_acc + 16 * j, c[i][j]);
     return;
   }
-  const TileStore& o = *p.out;
+  // A copy: the vector stores may alias anything (the storeu intrinsics'
+  // types), which would reload every field from *p.out after each store.
+  const TileStore o = *p.out;
   const __m512 alpha = _mm512_set1_ps(o.alpha);
   const int cs = elem_size(o.c_type), rs = elem_size(o.res_type);
   for (int i = 0; i < M; ++i)
@@ -117,6 +120,54 @@ inline void finish(__m512 (&c)[M][2], const MicroArgs& p) {
       if (o.res) v = _mm512_add_ps(v, load16(static_cast<const char*>(o.res) + (i * o.ldr + 16 * j) * rs, o.res_type));
       store16(static_cast<char*>(o.c) + (i * o.ldc + 16 * j) * cs, o.c_type, v);
     }
+}
+
+// prefetcht1: into L2, not L1, where a tile's rows of C 4 KiB apart (N =
+// 1024, 2048 fp32) would share one L1 set and evict each other. In asm: GCC
+// deletes a loop of __builtin_prefetch calls as having no side effects.
+inline void prefetch_l2(const void* p) { asm volatile("prefetcht1 %0" : : "m"(*static_cast<const char*>(p))); }
+
+// Starts loading the C tile (and the residual tile) that finish() will read
+// and write: with K short (a weight gradient's 256 tokens, C += ... in place)
+// the epilogue otherwise waited on each row's cache misses, a tenth to a
+// fifth of the tile time. Issued before the k loop, whose thousands of
+// cycles hide the latency. Three lines per row cover an unaligned 128 bytes.
+template <int M>
+inline void prefetch_out(const MicroArgs& p) {
+  if (!p.out) return;
+  const TileStore& o = *p.out;
+  const int cs = elem_size(o.c_type) * kNr, rs = elem_size(o.res_type) * kNr;  // bytes per tile row
+#pragma GCC unroll 1  // a loop, not M copies of it in each of the 42 tile functions
+  for (int i = 0; i < M; ++i) {
+    const char* c = static_cast<const char*>(o.c) + i * o.ldc * elem_size(o.c_type);
+    prefetch_l2(c);
+    prefetch_l2(c + cs - 1);
+    if (cs > 64) prefetch_l2(c + 64);
+    if (o.res && o.res != o.c) {
+      const char* r = static_cast<const char*>(o.res) + i * o.ldr * elem_size(o.res_type);
+      prefetch_l2(r);
+      prefetch_l2(r + rs - 1);
+      if (rs > 64) prefetch_l2(r + 64);
+    }
+  }
+}
+
+// Sums the U accumulator sets and finishes the tile. With one set, straight
+// from the accumulators: a separate sum array cost a copy through the stack
+// (GCC keeps it in memory) on every tile.
+template <int M, int U>
+[[gnu::always_inline]] inline void finish_sets(__m512 (&c)[U][M][2], const MicroArgs& p) {
+  if constexpr (U == 1) {
+    finish<M>(c[0], p);
+  } else {
+    __m512 sum[M][2];
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < 2; ++j) {
+        sum[i][j] = c[0][i][j];
+        for (int u = 1; u < U; ++u) sum[i][j] = _mm512_add_ps(sum[i][j], c[u][i][j]);
+      }
+    finish<M>(sum, p);
+  }
 }
 
 // Tiles of 1..3 rows have too few accumulators to hide the FMA latency, so
@@ -137,6 +188,7 @@ inline void rank_update(__m512 (&c)[M][2], const __m512 b0, const __m512 b1, Ste
 template <int M>
 void tile_f32(const MicroArgs& p) {
   constexpr int U = k_split<M>();
+  prefetch_out<M>(p);
   __m512 c[U][M][2];
   for (int u = 0; u < U; ++u)
     for (int i = 0; i < M; ++i) c[u][i][0] = c[u][i][1] = _mm512_setzero_ps();
@@ -154,20 +206,14 @@ void tile_f32(const MicroArgs& p) {
 #pragma GCC unroll 4
     for (int u = 0; u < U; ++u) step(u, k + u);
   for (; k < ks; ++k) step(0, k);
-  // A separate array: if c itself escaped into finish(), GCC would keep it in
-  // memory and store every accumulator on each k step.
-  __m512 sum[M][2];
-  for (int i = 0; i < M; ++i)
-    for (int j = 0; j < 2; ++j) {
-      sum[i][j] = c[0][i][j];
-      for (int u = 1; u < U; ++u) sum[i][j] = _mm512_add_ps(sum[i][j], c[u][i][j]);
-    }
-  finish<M>(sum, p);
+  finish_sets<M, U>(c, p);
 }
 
-template <int M>
+// PanelA: A in MR-row panels (KernelSet::micro_panel_a), else rows along k.
+template <int M, bool PanelA>
 void tile_bf16(const MicroArgs& p) {
   constexpr int U = k_split<M>();
+  prefetch_out<M>(p);
   __m512 c[U][M][2];
   for (int u = 0; u < U; ++u)
     for (int i = 0; i < M; ++i) c[u][i][0] = c[u][i][1] = _mm512_setzero_ps();
@@ -180,7 +226,7 @@ void tile_bf16(const MicroArgs& p) {
     const __m512 b1 = _mm512_castsi512_ps(_mm512_loadu_si512(bk + kNr));
     rank_update<M>(c[u], b0, b1, [&](int i, __m512 bv, __m512 acc) {
       int pair;
-      __builtin_memcpy(&pair, a + i * lda + 2 * kp, sizeof(pair));
+      __builtin_memcpy(&pair, PanelA ? a + 2 * (kp * kMr + i) : a + i * lda + 2 * kp, sizeof(pair));
       return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_set1_epi32(pair), (__m512bh)_mm512_castps_si512(bv));
     });
   };
@@ -189,15 +235,7 @@ void tile_bf16(const MicroArgs& p) {
 #pragma GCC unroll 4
     for (int u = 0; u < U; ++u) step(u, k + u);
   for (; k < ks; ++k) step(0, k);
-  // A separate array: if c itself escaped into finish(), GCC would keep it in
-  // memory and store every accumulator on each k step.
-  __m512 sum[M][2];
-  for (int i = 0; i < M; ++i)
-    for (int j = 0; j < 2; ++j) {
-      sum[i][j] = c[0][i][j];
-      for (int u = 1; u < U; ++u) sum[i][j] = _mm512_add_ps(sum[i][j], c[u][i][j]);
-    }
-  finish<M>(sum, p);
+  finish_sets<M, U>(c, p);
 }
 
 void micro_f32(const MicroArgs& p) {
@@ -207,10 +245,13 @@ void micro_f32(const MicroArgs& p) {
   kTiles[p.m - 1](p);
 }
 
+template <bool PanelA>
 void micro_bf16(const MicroArgs& p) {
   static constexpr MicroKernel kTiles[kMr] = {
-      tile_bf16<1>, tile_bf16<2>, tile_bf16<3>,  tile_bf16<4>,  tile_bf16<5>,  tile_bf16<6>,  tile_bf16<7>,
-      tile_bf16<8>, tile_bf16<9>, tile_bf16<10>, tile_bf16<11>, tile_bf16<12>, tile_bf16<13>, tile_bf16<14>};
+      tile_bf16<1, PanelA>,  tile_bf16<2, PanelA>,  tile_bf16<3, PanelA>,  tile_bf16<4, PanelA>,
+      tile_bf16<5, PanelA>,  tile_bf16<6, PanelA>,  tile_bf16<7, PanelA>,  tile_bf16<8, PanelA>,
+      tile_bf16<9, PanelA>,  tile_bf16<10, PanelA>, tile_bf16<11, PanelA>, tile_bf16<12, PanelA>,
+      tile_bf16<13, PanelA>, tile_bf16<14, PanelA>};
   kTiles[p.m - 1](p);
 }
 
@@ -219,7 +260,8 @@ void micro_bf16(const MicroArgs& p) {
 // KC: the B panel (32 KiB fp32 at KC 256, 24 KiB bf16 at KC 384) and the A
 // tile's KC slice share L1 (48 KiB on Zen 5, SPR); MC·KC of A stays in L2.
 constinit const KernelSet kAvx512F32 = {"avx512-f32", PackFormat::f32, kMr, kNr, 256, 168, 512, micro_f32};
-constinit const KernelSet kAvx512Bf16 = {"avx512-bf16", PackFormat::bf16_pairs, kMr, kNr, 384, 168, 512, micro_bf16};
+constinit const KernelSet kAvx512Bf16 = {"avx512-bf16", PackFormat::bf16_pairs, kMr, kNr, 384, 168, 512,
+                                          micro_bf16<false>, 0, nullptr, nullptr, micro_bf16<true>};
 
 }  // namespace milrt::kernels::detail
 #endif
