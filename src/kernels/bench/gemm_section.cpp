@@ -42,23 +42,16 @@ constexpr WeightShape kShapes[] = {
     {768, 32000, "classifier backward (dX)"},
 };
 
-// oneDNN's matmul for one shape and math, or nothing (why in `impl`): no
-// oneDNN in this build, no implementation, or only the reference one (far
-// too slow to time on these shapes: it would dominate the run).
-std::unique_ptr<OnednnGemm> make_onednn(int64_t m, int64_t n, int64_t k, const void* w, ElemType wt, GemmMath math,
-                                        std::string& impl) {
+// oneDNN's matmul for a descriptor, or nothing (why in `impl`): no oneDNN in
+// this build, no implementation, or only the reference one (far too slow to
+// time on these shapes: it would dominate the run).
+std::unique_ptr<OnednnGemm> try_onednn(const OnednnGemmDesc& desc, std::string& impl) {
   if (!onednn_available()) {
     impl = "not in this build";
     return nullptr;
   }
   try {
-    auto g = std::make_unique<OnednnGemm>(OnednnGemmDesc{.m = m,
-                                                         .n = n,
-                                                         .k = k,
-                                                         .a = {nullptr, ElemType::f32, k},
-                                                         .b = {w, wt, k, /*trans=*/true},
-                                                         .b_const = true,
-                                                         .math = math});
+    auto g = std::make_unique<OnednnGemm>(desc);
     impl = g->impl_name();
     if (impl.rfind("ref", 0) == 0) {
       impl += " (reference implementation: not timed)";
@@ -69,6 +62,19 @@ std::unique_ptr<OnednnGemm> make_onednn(int64_t m, int64_t n, int64_t k, const v
     impl = std::string("unavailable: ") + e.what();
     return nullptr;
   }
+}
+
+// A weight-shaped product: W [N, K] constant, read transposed.
+std::unique_ptr<OnednnGemm> make_onednn(int64_t m, int64_t n, int64_t k, const void* w, ElemType wt, GemmMath math,
+                                        std::string& impl) {
+  return try_onednn(OnednnGemmDesc{.m = m,
+                                   .n = n,
+                                   .k = k,
+                                   .a = {nullptr, ElemType::f32, k},
+                                   .b = {w, wt, k, /*trans=*/true},
+                                   .b_const = true,
+                                   .math = math},
+                    impl);
 }
 
 // Stories110M's weight gradients over one sequence of 256 tokens: dW[M, N] += dYᵀ·X.
@@ -82,32 +88,18 @@ constexpr GradShape kGradShapes[] = {
     {768, 2048, 256, "weight gradient C += A^T*B: FFN down (w2)"},
 };
 
-// oneDNN's matmul for a weight-gradient shape (A transposed, B per call, C += in place), or nothing (why in `impl`).
+// A weight-gradient product: A transposed, B per call, C += in place.
 std::unique_ptr<OnednnGemm> make_onednn_grad(const GradShape& g, GemmMath math, std::string& impl) {
-  if (!onednn_available()) {
-    impl = "not in this build";
-    return nullptr;
-  }
-  try {
-    auto d = std::make_unique<OnednnGemm>(OnednnGemmDesc{.m = g.m,
-                                                         .n = g.n,
-                                                         .k = g.k,
-                                                         .a = {nullptr, ElemType::f32, g.m, /*trans=*/true},
-                                                         .b = {nullptr, ElemType::f32, g.n},
-                                                         .b_const = false,
-                                                         .has_residual = true,
-                                                         .residual_ld = g.n,
-                                                         .math = math});
-    impl = d->impl_name();
-    if (impl.rfind("ref", 0) == 0) {
-      impl += " (reference implementation: not timed)";
-      return nullptr;
-    }
-    return d;
-  } catch (const std::exception& e) {
-    impl = std::string("unavailable: ") + e.what();
-    return nullptr;
-  }
+  return try_onednn(OnednnGemmDesc{.m = g.m,
+                                   .n = g.n,
+                                   .k = g.k,
+                                   .a = {nullptr, ElemType::f32, g.m, /*trans=*/true},
+                                   .b = {nullptr, ElemType::f32, g.n},
+                                   .b_const = false,
+                                   .has_residual = true,
+                                   .residual_ld = g.n,
+                                   .math = math},
+                    impl);
 }
 
 double ratio(const nlohmann::json& a, const nlohmann::json& b) {
