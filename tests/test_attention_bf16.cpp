@@ -1,12 +1,15 @@
 // The bf16 fused attention kernels against a plain fp64 forward and backward
-// written here: the AMX kernels (src/kernels/x86/attention_amx.cpp) and the
+// written here: the AMX kernels (src/kernels/x86/attention_amx.cpp), the
+// vdpbf16ps kernels (src/kernels/x86/attention_avx512_bf16.cpp) and the
 // vector kernels with GemmMath::bf16 (src/kernels/generic/attention*.cpp:
 // vdpbf16ps on avx512_bf16, bf16 operands emulated in fp32 elsewhere), which
 // round the same operands. Then compiled plans with matmul_precision bf16
 // against the fp32 plans (milrt_attention with milrt_attention_grad as
 // written, and a loss differentiated by milrt::differentiate), on whichever
-// of the two kernels this machine's ISA chooses. The AMX kernel tests skip,
-// saying so, on a machine without AMX bf16; the rest run everywhere.
+// of the kernels this machine's ISA chooses, and the same plan on 1 and 2
+// threads. The AMX kernel tests skip, saying so, on a machine without AMX
+// bf16, the vdpbf16ps ones on a machine without avx512_bf16; the rest run
+// everywhere.
 //
 // Operands: the test rounds Q, K, V and dO to bf16 itself (milrt::f32_to_bf16)
 // and hands the kernel those values, so the kernel's own conversion of them is
@@ -32,15 +35,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "kernels/attention_amx.h"
+#include "kernels/attention_avx512_bf16.h"
 #include "kernels/cpu_features.h"
 #include "kernels/generic/attention.h"
 #include "kernels/generic/attention_backward.h"
+#include "kernels/threads.h"
 #include "milrt/autodiff.h"
 #include "milrt/dtype.h"
 #include "milrt/error.h"
@@ -59,6 +65,12 @@ constexpr double kF32 = 4e-5;
 #define REQUIRE_AMX()                                                                                  \
   do {                                                                                                 \
     if (!attention_amx_usable()) GTEST_SKIP() << "no AMX bf16 on this machine: AMX attention skipped"; \
+  } while (0)
+
+#define REQUIRE_AVX512_BF16()                                                                \
+  do {                                                                                       \
+    if (!attention_avx512_bf16_usable())                                                     \
+      GTEST_SKIP() << "no AVX-512 with avx512_bf16 on this machine: vdpbf16ps attention skipped"; \
   } while (0)
 
 struct Case {
@@ -177,7 +189,7 @@ std::vector<float> bf16_values(std::vector<float> x) {
   return x;
 }
 
-enum class Kernels { amx, vector_bf16 };
+enum class Kernels { amx, avx512_bf16, vector_bf16 };
 
 double run_case(const Case& c, uint64_t seed, Kernels kernels) {
   SCOPED_TRACE(name(c));
@@ -205,20 +217,28 @@ double run_case(const Case& c, uint64_t seed, Kernels kernels) {
   const Ref want = reference(c, q, k, v, dout, fmask, bmask, scale);
 
   AttentionShape sh{c.tq, c.tk, c.d, c.dv, float(scale), c.causal, GemmMath::bf16};
-  const bool amx = kernels == Kernels::amx;
+  const bool amx = kernels == Kernels::amx, vb16 = kernels == Kernels::avx512_bf16;
   AttentionMask mask;
   mask.kind = c.mask;
   if (c.mask == AttentionMaskKind::additive) mask.data = fmask.data();
   if (c.mask == AttentionMaskKind::keep) mask.data = bmask.data();
   mask.row_stride = c.tk;
   mask.col_stride = 1;
-  if (amx) EXPECT_TRUE(attention_amx_supports(sh, mask));
+  if (amx) {
+    EXPECT_TRUE(attention_amx_supports(sh, mask));
+  }
+  if (vb16) {
+    EXPECT_TRUE(attention_avx512_bf16_supports(sh, mask));
+  }
 
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::vector<float> o(size_t(c.tq * c.dv), nan), lse(size_t(c.tq), nan);
-  std::vector<float> scratch(amx ? attention_amx_scratch_floats(sh) : attention_scratch_floats(sh), nan);
-  (amx ? attention_bf16_amx : attention_f32)(q.data(), k.data(), v.data(), o.data(), sh, mask, scratch.data(),
-                                             lse.data());
+  std::vector<float> scratch(amx    ? attention_amx_scratch_floats(sh)
+                             : vb16 ? attention_avx512_bf16_scratch_floats(sh)
+                                    : attention_scratch_floats(sh),
+                             nan);
+  (amx ? attention_bf16_amx : vb16 ? attention_bf16_avx512 : attention_f32)(q.data(), k.data(), v.data(), o.data(), sh,
+                                                                          mask, scratch.data(), lse.data());
   double worst = expect_within(o, want.o, want.tol_o, "o");
   for (size_t i = 0; i < lse.size(); ++i) {
     if (want.lse[i] == -kInf) {
@@ -233,9 +253,8 @@ double run_case(const Case& c, uint64_t seed, Kernels kernels) {
   for (const float* given_lse : {static_cast<const float*>(nullptr), static_cast<const float*>(lse.data())}) {
     SCOPED_TRACE(given_lse ? "lse given" : "lse recomputed");
     std::vector<float> dq(size_t(c.tq * c.d), nan), dk(size_t(c.tk * c.d), nan), dv(size_t(c.tk * c.dv), nan);
-    (amx ? attention_backward_bf16_amx : attention_backward_f32)(q.data(), k.data(), v.data(), of.data(),
-                                                                 dout.data(), given_lse, dq.data(), dk.data(),
-                                                                 dv.data(), sh, mask);
+    (amx ? attention_backward_bf16_amx : vb16 ? attention_backward_bf16_avx512 : attention_backward_f32)(
+        q.data(), k.data(), v.data(), of.data(), dout.data(), given_lse, dq.data(), dk.data(), dv.data(), sh, mask);
     worst = std::max(worst, expect_within(dq, want.dq, want.tol_dq, "dq"));
     worst = std::max(worst, expect_within(dk, want.dk, want.tol_dk, "dk"));
     worst = std::max(worst, expect_within(dv, want.dv, want.tol_dv, "dv"));
@@ -327,17 +346,84 @@ TEST(AttentionAmx, EmptyAndErrors) {
   EXPECT_THROW(attention_bf16_amx(nullptr, nullptr, nullptr, nullptr, sh, {}, nullptr), Error);
 }
 
+// The vdpbf16ps kernels: the AMX cases (their code paths: causal and not,
+// Tq != Tk, every mask kind, rows that see no key, other head sizes), plus
+// odd sizes around their blocks (48 queries and 128 keys forward, 64 keys
+// and chunks of 48 queries backward) and head sizes that are multiples of
+// 16 only.
+TEST(AttentionAvx512Bf16, Supports) {
+  AttentionShape sh{10, 10, 64, 64, 1, true};
+  EXPECT_TRUE(attention_avx512_bf16_supports(sh, {}) || !attention_avx512_bf16_usable());
+  for (int64_t d : {16, 48, 80, 256}) {
+    sh.d = d;
+    EXPECT_TRUE(attention_avx512_bf16_supports(sh, {}) || !attention_avx512_bf16_usable()) << "d = " << d;
+  }
+  for (int64_t d : {0, 8, 40, 65, 272}) {
+    sh.d = d;
+    EXPECT_FALSE(attention_avx512_bf16_supports(sh, {})) << "d = " << d;
+  }
+  sh.d = 64;
+  sh.dv = 40;
+  EXPECT_FALSE(attention_avx512_bf16_supports(sh, {}));
+}
+
+TEST(AttentionAvx512Bf16, MatchesFp64AcrossShapes) {
+  REQUIRE_AVX512_BF16();
+  std::vector<Case> cases = shape_cases();
+  for (int64_t t : {7, 47, 49, 65, 96, 130, 256})
+    for (bool causal : {false, true}) cases.push_back({t, t, 64, 64, causal});
+  cases.push_back({7, 130, 64, 64, true});
+  cases.push_back({130, 7, 64, 64, true});
+  cases.push_back({65, 1, 64, 64, false});
+  cases.push_back({1, 65, 64, 64, true, AttentionMaskKind::keep});
+  cases.push_back({65, 65, 64, 64, true, AttentionMaskKind::keep});
+  cases.push_back({130, 130, 64, 64, false, AttentionMaskKind::keep});
+  cases.push_back({49, 130, 64, 64, true, AttentionMaskKind::additive});
+  cases.push_back({50, 50, 16, 48, true});
+  cases.push_back({33, 77, 80, 16, false, AttentionMaskKind::additive});
+  cases.push_back({130, 130, 48, 112, true, AttentionMaskKind::keep});
+  const double worst = worst_over_cases(cases, Kernels::avx512_bf16);
+  RecordProperty("worst_error_over_bound", std::to_string(worst));
+  EXPECT_GT(worst, 0.02) << "errors too small for bf16 products: were the operands rounded?";
+}
+
+TEST(AttentionAvx512Bf16, EmptyAndErrors) {
+  REQUIRE_AVX512_BF16();
+  AttentionShape sh{0, 4, 32, 32, 1, true};
+  std::vector<float> k(4 * 32, 1), v(4 * 32, 1), dk(4 * 32, 7), dv(4 * 32, 7);
+  attention_backward_bf16_avx512(nullptr, k.data(), v.data(), nullptr, nullptr, nullptr, nullptr, dk.data(),
+                                 dv.data(), sh, {});
+  for (float x : dk) EXPECT_EQ(x, 0);
+  for (float x : dv) EXPECT_EQ(x, 0);
+  // Tk = 0: every row sees nothing.
+  AttentionShape none{3, 0, 32, 32, 1, false};
+  std::vector<float> q(3 * 32, 1), o(3 * 32, 0), lse(3, 0), scratch(attention_avx512_bf16_scratch_floats(none));
+  attention_bf16_avx512(q.data(), nullptr, nullptr, o.data(), none, {}, scratch.data(), lse.data());
+  for (float x : o) EXPECT_TRUE(std::isnan(x));
+  for (float x : lse) EXPECT_EQ(x, -std::numeric_limits<float>::infinity());
+  sh.tq = -1;
+  EXPECT_THROW(attention_bf16_avx512(nullptr, nullptr, nullptr, nullptr, sh, {}, nullptr), Error);
+  sh.tq = 4;
+  sh.d = 40;
+  EXPECT_THROW(attention_bf16_avx512(nullptr, nullptr, nullptr, nullptr, sh, {}, nullptr), Error);
+}
+
 }  // namespace
 }  // namespace milrt::kernels
 
 namespace milrt::test {
 namespace {
 
-// The kernel names a bf16 plan's attention steps get on this machine: the
-// AMX kernels where MILRT_ISA (or the best path) is amx, else the vector ones.
+// The kernel names a bf16 plan's attention steps (head size 64) get on this
+// machine: the AMX kernels where MILRT_ISA (or the best path) is amx, the
+// vdpbf16ps ones where it is avx512 (or amx without AMX attention) on a CPU
+// with avx512_bf16, else the vector ones.
 std::string bf16_attention_kernel(const char* base) {
-  const bool amx = kernels::attention_amx_usable() && kernels::current_isa() == kernels::Isa::amx;
-  return std::string(base) + (amx ? "[bf16][amx]" : "[bf16]");
+  const kernels::Isa isa = kernels::current_isa();
+  const bool amx = kernels::attention_amx_usable() && isa == kernels::Isa::amx;
+  const bool vb16 = !amx && kernels::attention_avx512_bf16_usable() &&
+                    (isa == kernels::Isa::avx512 || isa == kernels::Isa::amx);
+  return std::string(base) + (amx ? "[bf16][amx]" : vb16 ? "[bf16][avx512]" : "[bf16]");
 }
 
 // milrt_attention and milrt_attention_grad in one program (the transformer
@@ -437,6 +523,68 @@ TEST(AttentionBf16Plan, DifferentiatedAttentionBf16MatchesFp32) {
     for (int64_t i = 0; i < w.numel(); ++i) worst = std::max(worst, std::abs(g.at(size_t(i)) - w.at(size_t(i))));
     EXPECT_LE(worst / amax, 1.5e-2) << name;
     std::printf("%s: max |bf16 - fp32| / max(1, max|fp32|) = %.2e\n", name.c_str(), worst / amax);
+  }
+}
+
+// The vdpbf16ps kernels in a plan: chosen for both steps on the AVX-512 path
+// (not when MILRT_ISA forces avx2), heads spread over threads with results
+// that do not depend on the thread count (each head is computed whole by one
+// thread), and within the bound of the plan test above against fp32.
+TEST(AttentionBf16Plan, Avx512Bf16StepsThreadsBitIdentical) {
+  if (!kernels::attention_avx512_bf16_usable())
+    GTEST_SKIP() << "no AVX-512 with avx512_bf16 on this machine: vdpbf16ps attention skipped";
+  const kernels::Isa isa = kernels::current_isa();
+  if (isa != kernels::Isa::avx512 && isa != kernels::Isa::amx)
+    GTEST_SKIP() << "MILRT_ISA chooses " << kernels::isa_name(isa) << ": the vdpbf16ps attention is not used";
+  const bool amx = kernels::attention_amx_usable() && isa == kernels::Isa::amx;
+  const Shape qs{1, 6, 193, 64}, ls{1, 6, 193};
+  const std::string t = mil_type(qs);
+  const std::string attrs = "v = v, scale = fp32(0.125), causal = bool(true)";
+  const std::string body = "    " + t + " o, tensor<fp32, " + shape_str(ls) + "> lse = milrt_attention(q = q, k = k, " +
+                           attrs + ")[name = string(\"o\")];\n    " + t + " dq, " + t + " dk, " + t +
+                           " dv = milrt_attention_grad(q = q, k = k, o = o, dout = g, lse = lse, " + attrs +
+                           ")[name = string(\"dq\")];\n";
+  Program prog = parse_mil(program_text(t + " q, " + t + " k, " + t + " v, " + t + " g", body, "o, lse, dq, dk, dv"),
+                           "<test>", ".");
+  verify(prog);
+  TensorMap in;
+  uint64_t seed = 21;
+  for (const char* n : {"q", "k", "v", "g"}) in[n] = random_tensor(DType::FP32, qs, seed++, -1, 1);
+  CompileOptions f32, bf16;
+  bf16.matmul_precision = CompileOptions::MatmulPrecision::bf16;
+  Plan p16 = compile(prog, bf16);
+  int steps = 0;
+  for (const Plan::StepInfo& s : p16.steps())
+    steps += s.kernel == "attention[bf16][avx512]" || s.kernel == "attention_grad[bf16][avx512]";
+  if (!amx) {
+    EXPECT_EQ(steps, 2);
+  }
+  // MILRT_ISA=avx2 keeps the vector kernels.
+  kernels::set_isa(kernels::Isa::avx2);
+  Plan p16_avx2 = compile(prog, bf16);
+  kernels::set_isa(std::nullopt);
+  for (const Plan::StepInfo& s : p16_avx2.steps()) EXPECT_EQ(s.kernel.find("[avx512]"), std::string::npos) << s.kernel;
+
+  const int threads = kernels::num_threads();
+  kernels::set_num_threads(1);
+  TensorMap one = p16.run(in);
+  kernels::set_num_threads(2);
+  TensorMap two = p16.run(in);
+  kernels::set_num_threads(threads);
+  TensorMap want = compile(prog, f32).run(in);
+  for (const char* name : {"o", "lse", "dq", "dk", "dv"}) {
+    const Tensor &a = one.at(name), &b = two.at(name), &w = want.at(name);
+    ASSERT_EQ(a.shape(), b.shape()) << name;
+    int64_t differ = 0;
+    double amax = 1, worst = 0;
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      const float x = a.at(size_t(i)), y = b.at(size_t(i));
+      differ += std::memcmp(&x, &y, sizeof x) != 0;
+      amax = std::max(amax, std::abs(w.at(size_t(i))));
+      worst = std::max(worst, std::abs(x - w.at(size_t(i))));
+    }
+    EXPECT_EQ(differ, 0) << name << ": 1 and 2 threads differ";
+    EXPECT_LE(worst / amax, 1.5e-2) << name;
   }
 }
 

@@ -10,6 +10,8 @@
 #include "kernels/bench/kernel_bench.h"
 #include "kernels/bench/openblas.h"
 #include "kernels/bench/report_util.h"
+#include "kernels/attention_amx.h"
+#include "kernels/attention_avx512_bf16.h"
 #include "kernels/bench/timing.h"
 #include "kernels/cpu_features.h"
 #include "kernels/generic/adamw.h"
@@ -97,32 +99,45 @@ nlohmann::json bench_attention(const Options& o, const nlohmann::json& ceilings,
     for (GemmMath math : {GemmMath::fp32, GemmMath::bf16}) {
       const AttentionShape sh{.tq = T, .tk = T, .d = kDim, .dv = kDim, .scale = 0.125f, .causal = true, .math = math};
       const bool bf16 = math == GemmMath::bf16;
+      // The kernels a bf16 plan's attention steps run here (the choice of
+      // runtime/lower/fused_attention.cpp): AMX on the AMX path, vdpbf16ps on
+      // the AVX-512 path of a CPU with avx512_bf16, else the vector kernels.
+      const Isa isa = current_isa();
+      const bool amx = bf16 && isa == Isa::amx && attention_amx_usable() && attention_amx_supports(sh, {});
+      const bool vb16 = bf16 && !amx && (isa == Isa::avx512 || isa == Isa::amx) && attention_avx512_bf16_usable() &&
+                        attention_avx512_bf16_supports(sh, {});
+      const size_t scratch_floats = amx    ? attention_amx_scratch_floats(sh)
+                                    : vb16 ? attention_avx512_bf16_scratch_floats(sh)
+                                           : attention_scratch_floats(sh);
+      const auto forward_kernel = amx ? attention_bf16_amx : vb16 ? attention_bf16_avx512 : attention_f32;
+      const auto backward_kernel =
+          amx ? attention_backward_bf16_amx : vb16 ? attention_backward_bf16_avx512 : attention_backward_f32;
       // Heads in parallel, as a plan's attention steps run them; the kernels' own GEMMs then run serially.
       auto forward = [&](int t, float* scratch) {
 #pragma omp parallel for num_threads(t) schedule(static)
         for (int64_t h = 0; h < kHeads; ++h)
-          attention_f32(q.data() + h * slice, k.data() + h * slice, v.data() + h * slice, out.data() + h * slice, sh,
-                        AttentionMask{}, scratch + size_t(omp_get_thread_num()) * attention_scratch_floats(sh),
-                        lse.data() + h * T);
+          forward_kernel(q.data() + h * slice, k.data() + h * slice, v.data() + h * slice, out.data() + h * slice, sh,
+                         AttentionMask{}, scratch + size_t(omp_get_thread_num()) * scratch_floats, lse.data() + h * T);
       };
       for (const char* pass : {"forward", "backward"}) {
         const bool backward = pass[0] == 'b';
         const double flops = backward ? 2 * forward_flops : forward_flops;
         nlohmann::json row = per_thread(o, ceilings, "gflops", bf16 ? "bf16_gflops" : "fp32_gflops", flops, [&](int t) {
-          std::vector<float> scratch(size_t(t) * attention_scratch_floats(sh));
+          std::vector<float> scratch(size_t(t) * scratch_floats);
           if (backward) forward(t, scratch.data());  // O and lse for the backward
           return median_seconds(o.reps, target_seconds(o), [&] {
             if (!backward) return forward(t, scratch.data());
 #pragma omp parallel for num_threads(t) schedule(static)
             for (int64_t h = 0; h < kHeads; ++h)
-              attention_backward_f32(q.data() + h * slice, k.data() + h * slice, v.data() + h * slice,
-                                     out.data() + h * slice, dout.data() + h * slice, lse.data() + h * T,
-                                     dq.data() + h * slice, dk.data() + h * slice, dv.data() + h * slice, sh,
-                                     AttentionMask{});
+              backward_kernel(q.data() + h * slice, k.data() + h * slice, v.data() + h * slice,
+                              out.data() + h * slice, dout.data() + h * slice, lse.data() + h * T,
+                              dq.data() + h * slice, dk.data() + h * slice, dv.data() + h * slice, sh,
+                              AttentionMask{});
           });
         });
         row.update({{"pass", pass},
                     {"math", bf16 ? "bf16" : "fp32"},
+                    {"kernel", amx ? "amx" : vb16 ? "avx512_bf16" : "vector"},
                     {"heads", kHeads},
                     {"t", T},
                     {"d", kDim},

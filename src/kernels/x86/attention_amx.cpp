@@ -50,6 +50,7 @@
 #include <immintrin.h>
 
 #include "kernels/x86/amx_bf16_common.h"
+#include "kernels/x86/attention_avx512_common.h"
 // GCC 12 reports the _mm512_undefined_* inside its own mask intrinsics as
 // maybe-uninitialized when they are inlined into target-attribute functions.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -171,99 +172,24 @@ BwdLayout bwd_layout(char* base, const AttentionShape& sh, size_t* bytes) {
 
 using x86::kTileConfig;
 
-// ---- AVX-512 helpers ----
+// ---- AVX-512 helpers (kernels/x86/attention_avx512_common.h) ----
 
-// bf16 bits (nearest-even, NaN kept quiet: f32_to_bf16_bits) in the low half
-// of each 32-bit lane.
-MILRT_AMX_TARGET inline __m512i bf16_lanes(__m512 xf) { return x86::bf16_lanes(_mm512_castps_si512(xf)); }
-
-MILRT_AMX_TARGET inline void store_bf16(uint16_t* dst, __m512 x) {
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_cvtepi32_epi16(bf16_lanes(x)));
-}
-
-// e^x as exp_poly (kernels/generic/vec_math.h), 16 lanes: Cody-Waite
-// reduction and Cephes' degree-6 polynomial, 2^n applied by VSCALEFPS
-// (denormal results and overflow to inf as exact scaling gives them); 0
-// below -103.97 and for -inf, NaN kept.
-MILRT_AMX_TARGET inline __m512 exp16(__m512 x) {
-  // VMAXPS returns its second operand when one is NaN: NaN goes through.
-  const __m512 xc = _mm512_max_ps(_mm512_set1_ps(-104.0f), _mm512_min_ps(_mm512_set1_ps(88.8f), x));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  const __m512 e = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
-  const __m512 y = _mm512_scalef_ps(e, n);
-  // NLT_UQ: true for NaN, so NaN lanes keep y (NaN).
-  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-103.97f), _CMP_NLT_UQ), y);
-}
-
-// P and dS to bf16 by VCVTNEPS2BF16: nearest-even as f32_to_bf16_bits, but
-// subnormal values (below 2^-126, far below anything the fp32 sums can
-// notice) flush to zero. Q, K, V, dO go through bf16_lanes, exactly as
-// f32_to_bf16.
-MILRT_AMX_TARGET inline __m256i cvt_bf16(__m512 x) { return (__m256i)_mm512_cvtneps_pbh(x); }
-MILRT_AMX_TARGET inline void store_bf16_fast(uint16_t* dst, __m512 x) {
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), cvt_bf16(x));
-}
-// Two rows' bf16 interleaved: word c = (lo[c], hi[c]).
-MILRT_AMX_TARGET inline __m512i pair_words(__m512 lo, __m512 hi) {
-  return _mm512_or_si512(_mm512_cvtepu16_epi32(cvt_bf16(lo)), _mm512_slli_epi32(_mm512_cvtepu16_epi32(cvt_bf16(hi)), 16));
-}
-
-// Lanes c + [0, 16) below n.
-MILRT_AMX_TARGET inline __mmask16 lanes_below(int64_t c, int64_t n) {
-  const int64_t k = n - c;
-  return k >= 16 ? __mmask16(0xffff) : k <= 0 ? __mmask16(0) : __mmask16((1u << k) - 1);
-}
+using x86::attn::bf16_lanes;
+using x86::attn::dot_row;
+using x86::attn::scale_row;
+using x86::attn::scale_tile;
+using x86::attn::softmax_row;
+using x86::attn::exp16;
+using x86::attn::lanes_below;
+using x86::attn::pair_words;
+using x86::attn::pairs_of_rows;
+using x86::attn::pairs_transposed;
+using x86::attn::rows_bf16;
+using x86::attn::store_bf16;
+using x86::attn::store_bf16_fast;
+using x86::attn::transpose16;
 
 // ---- layouts ----
-
-// dst [rows_pad × cols] bf16 from src [rows × cols] fp32 (cols % 16 == 0);
-// rows past `rows` zero.
-MILRT_AMX_TARGET void rows_bf16(const float* src, int64_t rows, int64_t cols, uint16_t* dst, int64_t rows_pad) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; c += 16) store_bf16(dst + r * cols + c, _mm512_loadu_ps(src + r * cols + c));
-  std::memset(dst + rows * cols, 0, size_t((rows_pad - rows) * cols) * 2);
-}
-
-// dst [cols/2 × ld] words from bf16 rows src [rows × cols]: word j of pair
-// row p = (src[j][2p], src[j][2p+1]) (the 32-bit word p of row j); columns
-// [rows, ld) zero. ld % 16 == 0.
-MILRT_AMX_TARGET void pairs_transposed(const uint16_t* src, int64_t rows, int64_t cols, uint32_t* dst, int64_t ld) {
-  const int64_t pairs = cols / 2;
-  const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                         _mm512_set1_epi32(int(pairs)));
-  for (int64_t j = 0; j < ld; j += 16) {
-    const __mmask16 k = lanes_below(j, rows);
-    if (!k) {
-      for (int64_t p = 0; p < pairs; ++p) _mm512_storeu_si512(dst + p * ld + j, _mm512_setzero_si512());
-      continue;
-    }
-    const int* base = reinterpret_cast<const int*>(src + j * cols);
-    for (int64_t p = 0; p < pairs; ++p)
-      _mm512_storeu_si512(dst + p * ld + j, _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), k, idx, base + p, 4));
-  }
-}
-
-// dst [rows_pad/2 × cols] words from fp32 src [rows × cols]: word c of pair
-// row p = (bf16 src[2p][c], bf16 src[2p+1][c]); rows past `rows` read as zero.
-MILRT_AMX_TARGET void pairs_of_rows(const float* src, int64_t rows, int64_t cols, uint32_t* dst, int64_t rows_pad) {
-  for (int64_t p = 0; p < rows_pad / 2; ++p) {
-    const int64_t r0 = 2 * p, r1 = 2 * p + 1;
-    for (int64_t c = 0; c < cols; c += 16) {
-      const __m512i lo = r0 < rows ? bf16_lanes(_mm512_loadu_ps(src + r0 * cols + c)) : _mm512_setzero_si512();
-      const __m512i hi = r1 < rows ? bf16_lanes(_mm512_loadu_ps(src + r1 * cols + c)) : _mm512_setzero_si512();
-      _mm512_storeu_si512(dst + p * cols + c, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
-    }
-  }
-}
 
 // dst [cols × ld] bf16 = transpose of fp32 src [rows × cols], rounded as
 // rows_bf16; columns [rows, ld) zero. ld % 16 == 0.
@@ -280,35 +206,6 @@ MILRT_AMX_TARGET void transpose_bf16(const float* src, int64_t rows, int64_t col
     for (int64_t c = 0; c < cols; ++c)
       store_bf16(dst + c * ld + i, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, idx, base + c, 4));
   }
-}
-
-// Transposes the 16×16 fp32 block r[0..15] (rows) in place: r[c] becomes
-// column c. Two unpack rounds gather columns within 128-bit lanes, two lane
-// shuffles across the four row groups.
-MILRT_AMX_TARGET inline void transpose16(__m512 r[16]) {
-  __m512 t[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {  // r[4i + k], lane L: column 4L + k of rows 4i..4i+3
-    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 2]);
-    const __m512d c = _mm512_castps_pd(t[4 * i + 1]), d = _mm512_castps_pd(t[4 * i + 3]);
-    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
-    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
-  }
-  __m512 o[16];
-  for (int k = 0; k < 4; ++k) {
-    const __m512 x0 = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x88), x1 = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xdd);
-    const __m512 y0 = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x88), y1 = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xdd);
-    o[k] = _mm512_shuffle_f32x4(x0, y0, 0x88);
-    o[8 + k] = _mm512_shuffle_f32x4(x0, y0, 0xdd);
-    o[4 + k] = _mm512_shuffle_f32x4(x1, y1, 0x88);
-    o[12 + k] = _mm512_shuffle_f32x4(x1, y1, 0xdd);
-  }
-  for (int k = 0; k < 16; ++k) r[k] = o[k];
 }
 
 // out[c·rows + r] = f·t[r·ld + c] for keys c < n and r < rows (rows % 16 == 0;
@@ -390,62 +287,7 @@ MILRT_AMX_TARGET void amx_mm(int64_t m, int64_t n, int64_t k, const uint16_t* a,
   }
 }
 
-// s[r][c] *= scale for rows [0, rows) and columns [0, cols).
-MILRT_AMX_TARGET void scale_tile(float* s, int64_t ld, int64_t rows, int64_t cols, float scale) {
-  const __m512 vs = _mm512_set1_ps(scale);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; c += 16) {
-      const __mmask16 k = lanes_below(c, cols);
-      _mm512_mask_storeu_ps(s + r * ld + c, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + r * ld + c), vs));
-    }
-}
-
 // ---- forward ----
-
-// One row of a score tile into the online softmax: scale·s[0, n) are the
-// row's scores, columns [n, width) masked; p[0, width) receives bf16
-// exp(scale·s − m_new) (0 where masked). Updates m, l; returns the factor the
-// row's O accumulator is to be multiplied by (1: unchanged).
-MILRT_AMX_TARGET float softmax_row(float* s, int64_t n, int64_t width, float scale, float& m, float& l, uint16_t* p) {
-  if (!(scale > 0)) {  // the maximum of scale·s is not scale·max(s): scale first
-    const __m512 vs = _mm512_set1_ps(scale);
-    for (int64_t c = 0; c < n; c += 16) {
-      const __mmask16 k = lanes_below(c, n);
-      _mm512_mask_storeu_ps(s + c, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, s + c), vs));
-    }
-    scale = 1.0f;
-  }
-  const __m512 ninf = _mm512_set1_ps(kNegInf);
-  __m512 vmax = ninf;
-  for (int64_t c = 0; c < n; c += 16) {
-    const __mmask16 k = lanes_below(c, n);
-    vmax = _mm512_mask_max_ps(vmax, k, vmax, _mm512_maskz_loadu_ps(k, s + c));
-  }
-  const float m_new = std::max(m, scale * _mm512_reduce_max_ps(vmax));
-  if (m_new == kNegInf) {  // nothing seen yet: the tile adds nothing
-    std::memset(p, 0, size_t(width) * 2);
-    return 1.0f;
-  }
-  const __m512 vm = _mm512_set1_ps(m_new), vs = _mm512_set1_ps(scale);
-  __m512 sum = _mm512_setzero_ps();
-  int64_t c = 0;
-  for (; c < n; c += 16) {
-    const __mmask16 k = lanes_below(c, n);
-    const __m512 e = _mm512_maskz_mov_ps(k, exp16(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(k, s + c), vs, vm)));
-    sum = _mm512_add_ps(sum, e);
-    store_bf16_fast(p + c, e);
-  }
-  if (c < width) std::memset(p + c, 0, size_t(width - c) * 2);  // wholly masked 16-key groups
-  const float corr = m == kNegInf ? 0.0f : __builtin_expf(m - m_new);
-  l = l * corr + _mm512_reduce_add_ps(sum);
-  m = m_new;
-  return corr;
-}
-
-MILRT_AMX_TARGET void scale_row(float* x, int64_t n, float f) {
-  const __m512 vf = _mm512_set1_ps(f);
-  for (int64_t c = 0; c < n; c += 16) _mm512_storeu_ps(x + c, _mm512_mul_ps(_mm512_loadu_ps(x + c), vf));
-}
 
 MILRT_AMX_TARGET void forward(const float* q, const float* k, const float* v, float* o, const AttentionShape& sh,
                               const AttentionMask& mask, const FwdLayout& L, float* lse) {
@@ -496,12 +338,6 @@ MILRT_AMX_TARGET void forward(const float* q, const float* k, const float* v, fl
 }
 
 // ---- backward ----
-
-MILRT_AMX_TARGET float dot_row(const float* a, const float* b, int64_t n) {
-  __m512 acc = _mm512_setzero_ps();
-  for (int64_t c = 0; c < n; c += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + c), _mm512_loadu_ps(b + c), acc);
-  return _mm512_reduce_add_ps(acc);
-}
 
 MILRT_AMX_TARGET void backward(const float* q, const float* k, const float* v, const float* o, const float* dout,
                                const float* lse, float* dq, float* dk, float* dv, const AttentionShape& sh,

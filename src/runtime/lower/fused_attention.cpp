@@ -1,7 +1,9 @@
 // Lowering of milrt_softmax, milrt_attention, milrt_attention_grad and
 // scaled_dot_product_attention onto kernels/generic/softmax.h, attention.h
 // and attention_backward.h; under CompileOptions::matmul_precision bf16 on
-// the AMX path, both attention steps onto kernels/attention_amx.h instead.
+// the AMX path, both attention steps onto kernels/attention_amx.h instead,
+// and on the AVX-512 (or AMX) path of a CPU with avx512_bf16 onto
+// kernels/attention_avx512_bf16.h.
 //
 // Broadcasting is resolved here once: per output batch the element offsets
 // of q, k, v and the mask, and for milrt_softmax the mask offset of every
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "kernels/attention_amx.h"
+#include "kernels/attention_avx512_bf16.h"
 #include "kernels/cpu_features.h"
 #include "kernels/generic/attention.h"
 #include "kernels/generic/attention_backward.h"
@@ -156,13 +159,25 @@ double attention_flops(const AttentionGeom& g) {
   return 2.0 * double(g.qo.size()) * pairs * double(sh.d + sh.dv);
 }
 
-// CompileOptions::matmul_precision bf16 on the AMX path with a head size the
-// AMX kernels take (kernels/attention_amx.h): both attention steps use them
-// (bf16 products, fp32 accumulation); otherwise the vector kernels, whose
-// products take the same bf16 operands (vdpbf16ps on avx512_bf16).
-bool use_amx_attention(const LowerCtx& ctx, const AttentionGeom& g) {
-  return ctx.bf16_matmuls && kernels::current_isa() == kernels::Isa::amx && kernels::attention_amx_usable() &&
-         kernels::attention_amx_supports(g.sh, g.mask);
+// Which kernels run an attention op's steps (forward and backward alike).
+// Under CompileOptions::matmul_precision bf16: the AMX kernels on the AMX path
+// with a head size they take (kernels/attention_amx.h); else, on the AVX-512
+// or AMX path of a CPU with avx512_bf16, the vdpbf16ps kernels
+// (kernels/attention_avx512_bf16.h; MILRT_ISA=avx2 or generic keeps them
+// off); else the vector kernels, whose products take the same bf16 operands
+// through the GEMM. All of them round the same operands and accumulate in
+// fp32.
+enum class AttentionKernels { vector, amx, avx512_bf16 };
+
+AttentionKernels attention_kernels(const LowerCtx& ctx, const AttentionGeom& g) {
+  if (!ctx.bf16_matmuls) return AttentionKernels::vector;
+  const kernels::Isa isa = kernels::current_isa();
+  if (isa == kernels::Isa::amx && kernels::attention_amx_usable() && kernels::attention_amx_supports(g.sh, g.mask))
+    return AttentionKernels::amx;
+  if ((isa == kernels::Isa::avx512 || isa == kernels::Isa::amx) && kernels::attention_avx512_bf16_usable() &&
+      kernels::attention_avx512_bf16_supports(g.sh, g.mask))
+    return AttentionKernels::avx512_bf16;
+  return AttentionKernels::vector;
 }
 
 std::unique_ptr<Step> lower_attention_with(const Op& op, LowerCtx& ctx, const AttentionInputs& keys, float scale,
@@ -171,18 +186,26 @@ std::unique_ptr<Step> lower_attention_with(const Op& op, LowerCtx& ctx, const At
   auto g = std::make_shared<AttentionGeom>(
       attention_geom(op, ctx, keys, scale, causal, Shape(o.shape.begin(), o.shape.end() - 2)));
   const int io = o.id, ilse = op.outputs.size() == 2 ? ctx.output(op, 1).id : -1;
-  const bool amx = use_amx_attention(ctx, *g);
+  const AttentionKernels which = attention_kernels(ctx, *g);
   const size_t scratch_floats =
-      amx ? kernels::attention_amx_scratch_floats(g->sh) : kernels::attention_scratch_floats(g->sh);
+      which == AttentionKernels::amx           ? kernels::attention_amx_scratch_floats(g->sh)
+      : which == AttentionKernels::avx512_bf16 ? kernels::attention_avx512_bf16_scratch_floats(g->sh)
+                                               : kernels::attention_scratch_floats(g->sh);
+  const auto kernel = which == AttentionKernels::amx           ? kernels::attention_bf16_amx
+                      : which == AttentionKernels::avx512_bf16 ? kernels::attention_bf16_avx512
+                                                               : kernels::attention_f32;
+  const char* name = which == AttentionKernels::amx           ? "attention[bf16][amx]"
+                     : which == AttentionKernels::avx512_bf16 ? "attention[bf16][avx512]"
+                     : ctx.bf16_matmuls                       ? "attention[bf16]"
+                                                              : "attention";
   const double slice_macs = attention_slice_macs(g->sh);
-  auto step = make_step(amx ? "attention[bf16][amx]" : ctx.bf16_matmuls ? "attention[bf16]" : "attention", op, [=](const Frame& f) {
+  auto step = make_step(name, op, [=](const Frame& f) {
     const float *pq = f.at<float>(g->iq), *pk = f.at<float>(g->ik), *pv = f.at<float>(g->iv);
     float* po = f.at<float>(io);
     float* plse = ilse >= 0 ? f.at<float>(ilse) : nullptr;
     // Heads on threads: one head's tiles are too small for the GEMM's own threads.
     kernels::for_each_attention_slice(int64_t(g->qo.size()), slice_macs, [&](int64_t b) {
       kernels::AttentionMask mk;
-      const auto kernel = amx ? kernels::attention_bf16_amx : kernels::attention_f32;
       kernel(pq + g->qo[size_t(b)], pk + g->ko[size_t(b)], pv + g->vo[size_t(b)], po + b * g->sh.tq * g->sh.dv, g->sh,
              g->mask_at(f, size_t(b), mk), kernels::attention_thread_scratch(scratch_floats),
              plse ? plse + b * g->sh.tq : nullptr);
@@ -210,8 +233,15 @@ std::unique_ptr<Step> lower_milrt_attention_grad(const Op& op, LowerCtx& ctx) {
   }
   const int io = o.id, idout = dout.id, idq = dq.id, idk = dk.id, idv = dv.id;
   const double slice_macs = attention_slice_macs(g->sh);
-  const bool amx = use_amx_attention(ctx, *g);
-  auto step = make_step(amx ? "attention_grad[bf16][amx]" : ctx.bf16_matmuls ? "attention_grad[bf16]" : "attention_grad", op, [=](const Frame& f) {
+  const AttentionKernels which = attention_kernels(ctx, *g);
+  const auto kernel = which == AttentionKernels::amx           ? kernels::attention_backward_bf16_amx
+                      : which == AttentionKernels::avx512_bf16 ? kernels::attention_backward_bf16_avx512
+                                                               : kernels::attention_backward_f32;
+  const char* name = which == AttentionKernels::amx           ? "attention_grad[bf16][amx]"
+                     : which == AttentionKernels::avx512_bf16 ? "attention_grad[bf16][avx512]"
+                     : ctx.bf16_matmuls                       ? "attention_grad[bf16]"
+                                                              : "attention_grad";
+  auto step = make_step(name, op, [=](const Frame& f) {
     const kernels::AttentionShape& sh = g->sh;
     const float *pq = f.at<float>(g->iq), *pk = f.at<float>(g->ik), *pv = f.at<float>(g->iv);
     const float *po = f.at<float>(io), *pdo = f.at<float>(idout);
@@ -219,7 +249,6 @@ std::unique_ptr<Step> lower_milrt_attention_grad(const Op& op, LowerCtx& ctx) {
     float *pdq = f.at<float>(idq), *pdk = f.at<float>(idk), *pdv = f.at<float>(idv);
     kernels::for_each_attention_slice(int64_t(g->qo.size()), 2 * slice_macs, [&](int64_t b) {
       kernels::AttentionMask mk;
-      const auto kernel = amx ? kernels::attention_backward_bf16_amx : kernels::attention_backward_f32;
       kernel(pq + g->qo[size_t(b)], pk + g->ko[size_t(b)], pv + g->vo[size_t(b)],
              po + b * sh.tq * sh.dv, pdo + b * sh.tq * sh.dv, plse ? plse + b * sh.tq : nullptr,
              pdq + b * sh.tq * sh.d, pdk + b * sh.tk * sh.d, pdv + b * sh.tk * sh.dv, sh, g->mask_at(f, size_t(b), mk));
