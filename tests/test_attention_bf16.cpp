@@ -426,6 +426,29 @@ std::string bf16_attention_kernel(const char* base) {
   return std::string(base) + (amx ? "[bf16][amx]" : vb16 ? "[bf16][avx512]" : "[bf16]");
 }
 
+// milrt_attention (causal, scale 1/8) and milrt_attention_grad on its o and
+// lse, for q, k, v and g of shape `qs`; outputs o, lse, dq, dk, dv.
+Program attention_pair_program(const Shape& qs) {
+  const Shape ls(qs.begin(), qs.end() - 1);
+  const std::string t = mil_type(qs);
+  const std::string attrs = "v = v, scale = fp32(0.125), causal = bool(true)";
+  const std::string body = "    " + t + " o, tensor<fp32, " + shape_str(ls) + "> lse = milrt_attention(q = q, k = k, " +
+                           attrs + ")[name = string(\"o\")];\n    " + t + " dq, " + t + " dk, " + t +
+                           " dv = milrt_attention_grad(q = q, k = k, o = o, dout = g, lse = lse, " + attrs +
+                           ")[name = string(\"dq\")];\n";
+  Program prog = parse_mil(program_text(t + " q, " + t + " k, " + t + " v, " + t + " g", body, "o, lse, dq, dk, dv"),
+                           "<test>", ".");
+  verify(prog);
+  return prog;
+}
+
+// Uniform values in [-1, 1] for q, k, v and g (seeds seed, seed + 1, ...).
+TensorMap attention_pair_inputs(const Shape& qs, uint64_t seed) {
+  TensorMap in;
+  for (const char* n : {"q", "k", "v", "g"}) in[n] = random_tensor(DType::FP32, qs, seed++, -1, 1);
+  return in;
+}
+
 // milrt_attention and milrt_attention_grad in one program (the transformer
 // block's form: the forward's lse to the backward), compiled with
 // matmul_precision bf16 (bf16 kernels) and fp32 (the fp32 kernels). The
@@ -436,19 +459,9 @@ std::string bf16_attention_kernel(const char* base) {
 // per output holds them, while a wrong mask or a dropped tile moves outputs by
 // tenths of that scale.
 TEST(AttentionBf16Plan, Bf16PlanMatchesFp32Plan) {
-  const Shape qs{2, 3, 100, 64}, ls{2, 3, 100};
-  const std::string t = mil_type(qs);
-  const std::string attrs = "v = v, scale = fp32(0.125), causal = bool(true)";
-  const std::string body = "    " + t + " o, tensor<fp32, " + shape_str(ls) + "> lse = milrt_attention(q = q, k = k, " +
-                           attrs + ")[name = string(\"o\")];\n    " + t + " dq, " + t + " dk, " + t +
-                           " dv = milrt_attention_grad(q = q, k = k, o = o, dout = g, lse = lse, " + attrs +
-                           ")[name = string(\"dq\")];\n";
-  Program prog = parse_mil(program_text(t + " q, " + t + " k, " + t + " v, " + t + " g", body, "o, lse, dq, dk, dv"),
-                           "<test>", ".");
-  verify(prog);
-  TensorMap in;
-  uint64_t seed = 7;
-  for (const char* n : {"q", "k", "v", "g"}) in[n] = random_tensor(DType::FP32, qs, seed++, -1, 1);
+  const Shape qs{2, 3, 100, 64};
+  const Program prog = attention_pair_program(qs);
+  const TensorMap in = attention_pair_inputs(qs, 7);
   CompileOptions f32, bf16;
   bf16.matmul_precision = CompileOptions::MatmulPrecision::bf16;
   Plan p32 = compile(prog, f32), p16 = compile(prog, bf16);
@@ -537,19 +550,9 @@ TEST(AttentionBf16Plan, Avx512Bf16StepsThreadsBitIdentical) {
   if (isa != kernels::Isa::avx512 && isa != kernels::Isa::amx)
     GTEST_SKIP() << "MILRT_ISA chooses " << kernels::isa_name(isa) << ": the vdpbf16ps attention is not used";
   const bool amx = kernels::attention_amx_usable() && isa == kernels::Isa::amx;
-  const Shape qs{1, 6, 193, 64}, ls{1, 6, 193};
-  const std::string t = mil_type(qs);
-  const std::string attrs = "v = v, scale = fp32(0.125), causal = bool(true)";
-  const std::string body = "    " + t + " o, tensor<fp32, " + shape_str(ls) + "> lse = milrt_attention(q = q, k = k, " +
-                           attrs + ")[name = string(\"o\")];\n    " + t + " dq, " + t + " dk, " + t +
-                           " dv = milrt_attention_grad(q = q, k = k, o = o, dout = g, lse = lse, " + attrs +
-                           ")[name = string(\"dq\")];\n";
-  Program prog = parse_mil(program_text(t + " q, " + t + " k, " + t + " v, " + t + " g", body, "o, lse, dq, dk, dv"),
-                           "<test>", ".");
-  verify(prog);
-  TensorMap in;
-  uint64_t seed = 21;
-  for (const char* n : {"q", "k", "v", "g"}) in[n] = random_tensor(DType::FP32, qs, seed++, -1, 1);
+  const Shape qs{1, 6, 193, 64};
+  const Program prog = attention_pair_program(qs);
+  const TensorMap in = attention_pair_inputs(qs, 21);
   CompileOptions f32, bf16;
   bf16.matmul_precision = CompileOptions::MatmulPrecision::bf16;
   Plan p16 = compile(prog, bf16);

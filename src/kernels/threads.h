@@ -22,6 +22,21 @@ void set_num_threads(int n);
 // num_threads().
 int pass_threads(int64_t elements, int64_t pieces = INT64_MAX);
 
+// body(begin, end) over [0, n) in one chunk per thread of pass_threads(n)
+// (serially when that is 1): for elementwise passes, whose results do not
+// depend on the split.
+template <class F>
+void for_each_chunk(int64_t n, F body) {
+  const int threads = pass_threads(n);
+  if (threads <= 1) return body(int64_t(0), n);
+  const int64_t chunk = (n + threads - 1) / threads;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int t = 0; t < threads; ++t) {
+    const int64_t b = int64_t(t) * chunk, e = n < b + chunk ? n : b + chunk;
+    if (b < e) body(b, e);
+  }
+}
+
 // The CPUs this process may use: the CPUs in its affinity mask
 // (sched_getaffinity: taskset, cpusets, container --cpuset-cpus), lowered to
 // the cgroup CPU quota rounded up (docker --cpus=1.5 gives 2) when one

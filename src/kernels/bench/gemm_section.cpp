@@ -106,9 +106,35 @@ double ratio(const nlohmann::json& a, const nlohmann::json& b) {
   return a.at("gflops").get<double>() / b.at("gflops").get<double>();
 }
 
+// The figures of every row, per thread count.
+constexpr const char* kColumns[] = {"own_fp32", "own_bf16", "own_bf16_avx512", "onednn_fp32", "onednn_bf16", "openblas"};
+
+// One thread count's comparisons: own against oneDNN and OpenBLAS (null
+// where the other side has no figure).
+void add_ratios(nlohmann::json& e) {
+  auto vs = [&](const char* x, const char* y) {
+    return e[y].is_null() ? nlohmann::json(nullptr) : nlohmann::json(ratio(e[x], e[y]));
+  };
+  e["own_vs_onednn"] = vs("own_fp32", "onednn_fp32");
+  e["own_vs_openblas"] = vs("own_fp32", "openblas");
+  e["own_bf16_vs_onednn_bf16"] = vs("own_bf16", "onednn_bf16");
+}
+
+// A shape's row with its figures per thread count and their scaling, handed
+// to the sink and kept.
+void finish_row(nlohmann::json& row, const nlohmann::json& by_threads, const Options& o, const RowSink& sink,
+                nlohmann::json& rows) {
+  set_num_threads(0);
+  row["threads"] = by_threads;
+  nlohmann::json sc = nlohmann::json::object();
+  for (const char* col : kColumns) sc[col] = scaling(by_threads, o, col, "gflops");
+  row["scaling"] = sc;
+  sink(row);
+  rows.push_back(row);
+}
+
 // The weight-gradient rows, appended to `rows` (see the top of the file).
 void bench_gemm_grad(const Options& o, const nlohmann::json& ceilings, const RowSink& sink, nlohmann::json& rows) {
-  const char* columns[] = {"own_fp32", "own_bf16", "own_bf16_avx512", "onednn_fp32", "onednn_bf16", "openblas"};
   for (size_t s = 0; s < std::size(kGradShapes); ++s) {
     const GradShape& g = kGradShapes[s];
     const int64_t m = g.m, n = g.n, k = g.k;
@@ -152,21 +178,10 @@ void bench_gemm_grad(const Options& o, const nlohmann::json& ceilings, const Row
           dnn16 ? figure("gflops", gflops([&] { dnn16->run(a.data(), b.data(), out, nullptr, c.data()); }), pamx)
                 : nlohmann::json(nullptr);
       e["openblas"] = nullptr;
-      auto vs = [&](const char* x, const char* y) {
-        return e[y].is_null() ? nlohmann::json(nullptr) : nlohmann::json(ratio(e[x], e[y]));
-      };
-      e["own_vs_onednn"] = vs("own_fp32", "onednn_fp32");
-      e["own_vs_openblas"] = nullptr;
-      e["own_bf16_vs_onednn_bf16"] = vs("own_bf16", "onednn_bf16");
+      add_ratios(e);
       by_threads[std::to_string(t)] = e;
     }
-    set_num_threads(0);
-    row["threads"] = by_threads;
-    nlohmann::json sc = nlohmann::json::object();
-    for (const char* col : columns) sc[col] = scaling(by_threads, o, col, "gflops");
-    row["scaling"] = sc;
-    sink(row);
-    rows.push_back(row);
+    finish_row(row, by_threads, o, sink, rows);
   }
 }
 
@@ -176,7 +191,6 @@ nlohmann::json bench_gemm(const Options& o, const nlohmann::json& ceilings, cons
   const std::vector<int64_t> ms = o.quick ? std::vector<int64_t>{256} : std::vector<int64_t>{256, 512};
   const size_t shapes = o.quick ? 2 : std::size(kShapes);
   const OpenBlas* blas = OpenBlas::get();
-  const char* columns[] = {"own_fp32", "own_bf16", "own_bf16_avx512", "onednn_fp32", "onednn_bf16", "openblas"};
   nlohmann::json rows = nlohmann::json::array();
   for (size_t s = 0; s < shapes; ++s) {
     const auto [n, k, what] = kShapes[s];
@@ -227,21 +241,10 @@ nlohmann::json bench_gemm(const Options& o, const nlohmann::json& ceilings, cons
           // OpenBLAS's workers spin for a while after a call: let them sleep before OpenMP kernels run again.
           if (t > 1) std::this_thread::sleep_for(std::chrono::milliseconds(250));
         }
-        auto vs = [&](const char* x, const char* y) {
-          return e[y].is_null() ? nlohmann::json(nullptr) : nlohmann::json(ratio(e[x], e[y]));
-        };
-        e["own_vs_onednn"] = vs("own_fp32", "onednn_fp32");
-        e["own_vs_openblas"] = vs("own_fp32", "openblas");
-        e["own_bf16_vs_onednn_bf16"] = vs("own_bf16", "onednn_bf16");
+        add_ratios(e);
         by_threads[std::to_string(t)] = e;
       }
-      set_num_threads(0);
-      row["threads"] = by_threads;
-      nlohmann::json sc = nlohmann::json::object();
-      for (const char* col : columns) sc[col] = scaling(by_threads, o, col, "gflops");
-      row["scaling"] = sc;
-      sink(row);
-      rows.push_back(row);
+      finish_row(row, by_threads, o, sink, rows);
     }
   }
   if (!o.quick) bench_gemm_grad(o, ceilings, sink, rows);  // --quick keeps its two forward shapes

@@ -208,14 +208,7 @@ inline float tanh_poly(float x) {
 // Large arrays in one chunk per thread (each element is independent, so the
 // results do not depend on the split).
 void exp_activation_threaded(Unary op, const float* x, float* y, int64_t n) {
-  const int threads = pass_threads(n);
-  if (threads <= 1) return unary_vectorized_f32(op, x, y, n, 0, 0);
-  const int64_t chunk = (n + threads - 1) / threads;
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int t = 0; t < threads; ++t) {
-    const int64_t b = int64_t(t) * chunk, e = std::min(n, b + chunk);
-    if (b < e) unary_vectorized_f32(op, x + b, y + b, e - b, 0, 0);
-  }
+  for_each_chunk(n, [&](int64_t b, int64_t e) { unary_vectorized_f32(op, x + b, y + b, e - b, 0, 0); });
 }
 
 }  // namespace

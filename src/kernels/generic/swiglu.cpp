@@ -2,8 +2,6 @@
 
 #include <omp.h>
 
-#include <algorithm>
-
 #include "kernels/generic/multiversion.h"
 #include "kernels/generic/vec_math.h"
 #include "kernels/threads.h"
@@ -28,27 +26,14 @@ void backward_run(const float* a, const float* b, const float* dy, float* da, fl
   }
 }
 
-// body(begin, end) over [0, n) in one chunk per thread.
-template <class F>
-void over_chunks(int64_t n, F body) {
-  const int threads = pass_threads(n);
-  if (threads <= 1) return body(int64_t(0), n);
-  const int64_t chunk = (n + threads - 1) / threads;
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int t = 0; t < threads; ++t) {
-    const int64_t b = int64_t(t) * chunk, e = std::min(n, b + chunk);
-    if (b < e) body(b, e);
-  }
-}
-
 }  // namespace
 
 void silu_mul_f32(const float* a, const float* b, float* y, int64_t n) {
-  over_chunks(n, [&](int64_t s, int64_t e) { forward_run(a + s, b + s, y + s, e - s); });
+  for_each_chunk(n, [&](int64_t s, int64_t e) { forward_run(a + s, b + s, y + s, e - s); });
 }
 
 void silu_mul_backward_f32(const float* a, const float* b, const float* dy, float* da, float* db, int64_t n) {
-  over_chunks(n, [&](int64_t s, int64_t e) { backward_run(a + s, b + s, dy + s, da + s, db + s, e - s); });
+  for_each_chunk(n, [&](int64_t s, int64_t e) { backward_run(a + s, b + s, dy + s, da + s, db + s, e - s); });
 }
 
 }  // namespace milrt::kernels

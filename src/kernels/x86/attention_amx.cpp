@@ -43,6 +43,7 @@
 #include <string>
 
 #include "kernels/cpu_features.h"
+#include "kernels/scratch_carver.h"
 #include "kernels/generic/attention_backward.h"
 #include "milrt/error.h"
 
@@ -87,27 +88,12 @@ constexpr int64_t kTileK = 128;    // forward: keys per score tile
 constexpr int64_t kBlockK = 64;    // backward: keys per block
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
 // Row strides of the operands whose rows run along keys (Kt, Vt: 32-bit
 // words) or queries (Qᵀ, dOᵀ: bf16): padded by 64 bytes past a multiple of
 // 32, so that the 16 rows of a tile do not fall into the same few L1 sets
 // (T = 512: a 2 KiB or 1 KiB stride puts all 16 rows into 2 or 4 sets).
 int64_t key_ld(const AttentionShape& sh) { return round_up(sh.tk, 32) + 16; }
 int64_t query_ld(const AttentionShape& sh) { return round_up(sh.tq, 32) + 32; }
-
-// Hands out 64-byte aligned pieces of one buffer (null: only counts).
-struct Carver {
-  char* p;
-  size_t used = 0;
-  template <class T>
-  T* take(int64_t n) {
-    used = (used + 63) & ~size_t(63);
-    T* r = p ? reinterpret_cast<T*>(p + used) : nullptr;
-    used += size_t(n) * sizeof(T);
-    return r;
-  }
-};
 
 struct FwdLayout {
   uint16_t *qb, *kb;
@@ -133,8 +119,6 @@ FwdLayout fwd_layout(char* base, const AttentionShape& sh, size_t* bytes) {
   if (bytes) *bytes = c.used + 64;  // + 64: the base is aligned up
   return L;
 }
-
-char* align64(void* p) { return reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63)); }
 
 struct BwdLayout {
   uint16_t *qb, *qt, *kb, *vb, *dob, *dot, *dsb;

@@ -50,6 +50,7 @@
 #include <string>
 
 #include "kernels/cpu_features.h"
+#include "kernels/scratch_carver.h"
 #include "kernels/generic/attention_backward.h"
 #include "milrt/error.h"
 
@@ -92,28 +93,11 @@ constexpr int64_t kBlockK = 64;   // backward: keys per block
 constexpr int64_t kChunkQ = 96;   // backward: queries per chunk of the strip (even)
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
 // Row stride (32-bit words) of the operands whose rows run along keys (Kt,
 // Vt): padded by 64 bytes past a multiple of 16 words, so that successive
 // pair rows do not fall into the same few L1 sets (T = 512: a 2 KiB stride
 // puts all 32 rows of a D = 64 panel into 2 sets).
 int64_t key_ld(const AttentionShape& sh) { return round_up(sh.tk, 16) + 16; }
-
-// Hands out 64-byte aligned pieces of one buffer (null: only counts).
-struct Carver {
-  char* p;
-  size_t used = 0;
-  template <class T>
-  T* take(int64_t n) {
-    used = (used + 63) & ~size_t(63);
-    T* r = p ? reinterpret_cast<T*>(p + used) : nullptr;
-    used += size_t(n) * sizeof(T);
-    return r;
-  }
-};
-
-char* align64(void* p) { return reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63)); }
 
 struct FwdLayout {
   uint16_t *qb, *kb;

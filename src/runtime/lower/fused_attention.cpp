@@ -180,6 +180,15 @@ AttentionKernels attention_kernels(const LowerCtx& ctx, const AttentionGeom& g) 
   return AttentionKernels::vector;
 }
 
+// What `milrt inspect` and --profile call a step of `base` on these kernels.
+std::string step_name(const char* base, AttentionKernels which, bool bf16) {
+  const char* suffix = which == AttentionKernels::amx           ? "[bf16][amx]"
+                       : which == AttentionKernels::avx512_bf16 ? "[bf16][avx512]"
+                       : bf16                                   ? "[bf16]"
+                                                                : "";
+  return std::string(base) + suffix;
+}
+
 std::unique_ptr<Step> lower_attention_with(const Op& op, LowerCtx& ctx, const AttentionInputs& keys, float scale,
                                            bool causal) {
   ValueRef o = ctx.output(op);
@@ -194,10 +203,7 @@ std::unique_ptr<Step> lower_attention_with(const Op& op, LowerCtx& ctx, const At
   const auto kernel = which == AttentionKernels::amx           ? kernels::attention_bf16_amx
                       : which == AttentionKernels::avx512_bf16 ? kernels::attention_bf16_avx512
                                                                : kernels::attention_f32;
-  const char* name = which == AttentionKernels::amx           ? "attention[bf16][amx]"
-                     : which == AttentionKernels::avx512_bf16 ? "attention[bf16][avx512]"
-                     : ctx.bf16_matmuls                       ? "attention[bf16]"
-                                                              : "attention";
+  const std::string name = step_name("attention", which, ctx.bf16_matmuls);
   const double slice_macs = attention_slice_macs(g->sh);
   auto step = make_step(name, op, [=](const Frame& f) {
     const float *pq = f.at<float>(g->iq), *pk = f.at<float>(g->ik), *pv = f.at<float>(g->iv);
@@ -237,10 +243,7 @@ std::unique_ptr<Step> lower_milrt_attention_grad(const Op& op, LowerCtx& ctx) {
   const auto kernel = which == AttentionKernels::amx           ? kernels::attention_backward_bf16_amx
                       : which == AttentionKernels::avx512_bf16 ? kernels::attention_backward_bf16_avx512
                                                                : kernels::attention_backward_f32;
-  const char* name = which == AttentionKernels::amx           ? "attention_grad[bf16][amx]"
-                     : which == AttentionKernels::avx512_bf16 ? "attention_grad[bf16][avx512]"
-                     : ctx.bf16_matmuls                       ? "attention_grad[bf16]"
-                                                              : "attention_grad";
+  const std::string name = step_name("attention_grad", which, ctx.bf16_matmuls);
   auto step = make_step(name, op, [=](const Frame& f) {
     const kernels::AttentionShape& sh = g->sh;
     const float *pq = f.at<float>(g->iq), *pk = f.at<float>(g->ik), *pv = f.at<float>(g->iv);
