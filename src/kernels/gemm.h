@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "kernels/activation.h"
 #include "kernels/cpu_features.h"
 
 namespace milrt::kernels {
@@ -29,13 +30,9 @@ namespace milrt::kernels {
 // Storage type of a matrix. A and B: f32 or bf16. C and the residual: any.
 enum class ElemType : uint8_t { f32, f16, bf16 };
 
-enum class Activation : uint8_t {
-  none,
-  relu,       // max(x, 0)
-  gelu_tanh,  // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
-  silu,       // x·sigmoid(x)
-  sigmoid,    // 1 / (1 + e^-x)
-};
+// The epilogue accepts none, relu, sigmoid, silu and gelu_tanh (see
+// gemm_supports); the rest of kernels/activation.h is refused in one line.
+bool gemm_supports(Activation a);
 
 // How the products are formed.
 //  fp32: every stored value is used exactly (bf16 values widen exactly to fp32).

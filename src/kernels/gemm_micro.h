@@ -14,8 +14,6 @@
 
 namespace milrt::kernels::detail {
 
-// An epilogue activation on one scalar (the portable path; SIMD paths have their own).
-float activate(Activation act, float x);
 // Element i of an array of type t, widened to fp32 (residuals of any ElemType).
 float load_elem(const void* p, ElemType t, int64_t i);
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/activation.h"
 #include "milrt/error.h"
 #include "milrt/ir.h"
 #include "milrt/plan.h"
@@ -64,6 +65,9 @@ class LowerCtx {
 
   // CompileOptions::matmul_precision == bf16: GEMM operands rounded to bf16.
   bool bf16_matmuls = false;
+  // CompileOptions::activation_precision == int8: products with an int8
+  // weight quantize their activations (kernels::ActivationQuant::int8).
+  bool int8_activations = false;
   // Chooses each GEMM's backend (runtime/gemm_tuning.h); null: the fixed rule.
   GemmTuner* gemm_tuner = nullptr;
   // CompileOptions::numerics == fp16 (runtime/numerics.h): compile() rounds
@@ -78,6 +82,10 @@ class LowerCtx {
   virtual bool stable_input(int id) const { (void)id; return false; }
   const uint64_t* stable_generation = nullptr;
 };
+
+// The activation a string names (kernels/activation.h's names); an error
+// naming the op for any other string.
+kernels::Activation activation_named(const Op& op, const std::string& name);
 
 using LowerFn = std::unique_ptr<Step> (*)(const Op& op, LowerCtx& ctx);
 

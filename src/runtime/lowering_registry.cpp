@@ -127,6 +127,11 @@ double LowerCtx::const_float(const Op& op, const std::string& key, std::optional
 bool LowerCtx::const_bool(const Op& op, const std::string& key, std::optional<bool> def) {
   return const_int(op, key, def ? std::optional<int64_t>(*def) : std::nullopt) != 0;
 }
+kernels::Activation activation_named(const Op& op, const std::string& name) {
+  if (auto a = kernels::activation_from_name(name)) return *a;
+  throw_op_error(op, "unknown activation '" + name + "'");
+}
+
 std::string LowerCtx::const_str(const Op& op, const std::string& key, std::optional<std::string> def) {
   if (!op.has(key)) { if (def) return *def; throw_op_error(op, "missing input '" + key + "'"); }
   const Tensor* t = const_value(op, key);

@@ -23,16 +23,6 @@ constexpr int64_t kMinGemmChannels = 8;
 // rather than doubling their memory.
 constexpr int64_t kMaxColumnFloats = int64_t(1) << 24;
 
-float activate(float v, ConvAct act, float alpha, float beta) {
-  switch (act) {
-    case ConvAct::none: return v;
-    case ConvAct::relu: return v > 0.0f ? v : 0.0f;
-    case ConvAct::clip: return std::min(std::max(v, alpha), beta);
-    case ConvAct::sigmoid: return 1.0f / (1.0f + std::exp(-v));
-    case ConvAct::silu: return v / (1.0f + std::exp(-v));
-  }
-  return v;
-}
 
 }  // namespace
 
@@ -70,13 +60,9 @@ void conv_f32(const float* x, const float* w, const float* bias, float* y, const
     }
 }
 
-void conv_activate(float* y, int64_t n, ConvAct act, float alpha, float beta) {
-  if (act == ConvAct::none) return;
-  for (int64_t i = 0; i < n; ++i) y[i] = activate(y[i], act, alpha, beta);
-}
 
-ConvKernel::ConvKernel(const ConvGeometry& g, const float* weight, ConvAct act, float alpha, float beta)
-    : g_(g), act_(act), alpha_(alpha), beta_(beta) {
+ConvKernel::ConvKernel(const ConvGeometry& g, const float* weight, Activation act, ActivationBounds bounds)
+    : g_(g), act_(act), bounds_(bounds) {
   const int64_t cig = g.cin / g.groups, cog = g.cout / g.groups;
   const int64_t nout = g.out[0] * g.out[1] * g.out[2], nk = g.kernel[0] * g.kernel[1] * g.kernel[2];
   rows_ = g.batch * nout;
@@ -113,7 +99,7 @@ void ConvKernel::run(const float* x, const float* w, const float* bias, float* y
   const int64_t nout = g.out[0] * g.out[1] * g.out[2];
   if (packed_.empty()) {
     conv_f32(x, w, bias, y, g);
-    conv_activate(y, g.batch * g.cout * nout, act_, alpha_, beta_);
+    activate_all(y, g.batch * g.cout * nout, act_, bounds_);
     return;
   }
   const int64_t cig = g.cin / g.groups, cog = g.cout / g.groups;
@@ -142,7 +128,7 @@ void ConvKernel::run(const float* x, const float* w, const float* bias, float* y
         const float b = bias ? bias[c] : 0.0f;
         float* yr = y + (n * g.cout + c) * nout;
         const float* ar = acc + n * nout * cog + oc;
-        for (int64_t p = 0; p < nout; ++p) yr[p] = activate(ar[p * cog] + b, act_, alpha_, beta_);
+        for (int64_t p = 0; p < nout; ++p) yr[p] = activate(act_, ar[p * cog] + b, bounds_);
       }
   }
 }

@@ -18,22 +18,10 @@ struct ConvGeometry {
   int64_t pad_before[3] = {0, 0, 0};   // leading zero padding; trailing padding is implied by `out`
 };
 
-// What follows the convolution and its bias, per output element.
-enum class ConvAct : uint8_t {
-  none,
-  relu,      // max(v, 0)
-  clip,      // min(max(v, alpha), beta)
-  sigmoid,   // 1 / (1 + e^-v)
-  silu,      // v · sigmoid(v)
-};
-
 // y [batch, cout, out...] = bias + conv(x [batch, cin, in...], w [cout, cin / groups, kernel...]);
 // `bias` (cout values) may be null. Allocates nothing. The plain loop: any
 // geometry, no set-up; the reference point for ConvKernel's fast path.
 void conv_f32(const float* x, const float* w, const float* bias, float* y, const ConvGeometry& g);
-
-// act(v) in place over n values.
-void conv_activate(float* y, int64_t n, ConvAct act, float alpha, float beta);
 
 // A convolution planned once for a geometry: with the weights known up front
 // they are packed for kernels::gemm and the input is gathered (im2col) into
@@ -43,20 +31,22 @@ void conv_activate(float* y, int64_t n, ConvAct act, float alpha, float beta);
 class ConvKernel {
  public:
   // `weight` (if not null) is read here only; it is [cout, cin / groups, kernel...].
-  ConvKernel(const ConvGeometry& g, const float* weight, ConvAct act = ConvAct::none, float alpha = 0,
-             float beta = 0);
+  // `act` (any; `bounds` for clip) follows the bias, per output element.
+  ConvKernel(const ConvGeometry& g, const float* weight, Activation act = Activation::none,
+             ActivationBounds bounds = {});
   ConvKernel(ConvKernel&&) noexcept;
   ~ConvKernel();
 
-  // `w` is used only when no weight was given at construction; `bias` may be null.
+  // `w` (the weights again) is read by the plain loop, the GEMM path uses its
+  // packed copy; `bias` may be null.
   void run(const float* x, const float* w, const float* bias, float* y) const;
   bool uses_gemm() const { return !packed_.empty(); }
   const ConvGeometry& geometry() const { return g_; }
 
  private:
   ConvGeometry g_;
-  ConvAct act_;
-  float alpha_, beta_;
+  Activation act_;
+  ActivationBounds bounds_;
   int64_t rows_ = 0, k_ = 0;            // GEMM rows (batch × output positions) and depth (cin/groups × taps)
   std::vector<int32_t> gather_;         // per (output position, tap): spatial input offset, or -1 (padding)
   std::vector<PackedB> packed_;         // per group: weightᵀ [k_, cout / groups]

@@ -67,16 +67,9 @@ void transpose(const float* src, int64_t lds, int64_t rows, int64_t cols, float*
     for (int64_t c = c0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
 }
 
-Activation gemm_act(ConvAct a) {
-  switch (a) {
-    case ConvAct::relu: return Activation::relu;
-    case ConvAct::sigmoid: return Activation::sigmoid;
-    case ConvAct::silu: return Activation::silu;
-    case ConvAct::none:
-    case ConvAct::clip: return Activation::none;
-  }
-  return Activation::none;
-}
+// The part of a link's activation the GEMM's epilogue applies; the rest
+// (clip, tanh, hard_sigmoid) runs over the tile afterwards.
+Activation gemm_act(Activation a) { return gemm_supports(a) ? a : Activation::none; }
 
 thread_local GrowBuffer t_tiles;
 
@@ -117,7 +110,7 @@ ConvChainKernel::ConvChainKernel(int64_t batch, int64_t positions, std::vector<i
     const int64_t cin = channels_[i], cout = channels_[i + 1];
     if (!l.weight) throw Error("conv chain: link " + std::to_string(i) + " has no weight");
     // W [cout, cin] row-major is Wᵀ [cin, cout] stored transposed.
-    Step s{PackedB(MatrixRef{l.weight, ElemType::f32, cin, true}, cin, cout), {}, l.act, l.alpha, l.beta};
+    Step s{PackedB(MatrixRef{l.weight, ElemType::f32, cin, true}, cin, cout), {}, l.act, l.bounds};
     if (l.bias) s.bias.assign(l.bias, l.bias + cout);
     steps_.push_back(std::move(s));
     macs_ += double(batch_) * double(positions_) * double(cin) * double(cout);
@@ -142,11 +135,8 @@ void ConvChainKernel::run_tile(const float* x, float* y, int64_t task) const {
     const int64_t cout = channels_[i + 1];
     gemm(m, MatrixRef{cur, ElemType::f32, ld_[i]}, s.w, OutputRef{out, ElemType::f32, ld_[i + 1]},
          Epilogue{1.0f, s.bias.empty() ? nullptr : s.bias.data(), gemm_act(s.act)});
-    if (s.act == ConvAct::clip)
-      for (int64_t r = 0; r < m; ++r) {
-        float* row = out + r * ld_[i + 1];
-        for (int64_t c = 0; c < cout; ++c) row[c] = std::min(std::max(row[c], s.alpha), s.beta);
-      }
+    if (!gemm_supports(s.act))
+      for (int64_t r = 0; r < m; ++r) activate_all(out + r * ld_[i + 1], cout, s.act, s.bounds);
     cur = out;
   }
   transpose(cur, ld_.back(), m, ck, y + n * ck * positions_ + p0, positions_);

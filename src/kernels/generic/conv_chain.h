@@ -32,8 +32,8 @@ int64_t conv_chain_tile(const std::vector<int64_t>& channels, int64_t positions)
 struct ConvChainLink {
   const float* weight = nullptr;   // [cout, cin] row-major (read at construction only)
   const float* bias = nullptr;     // [cout] or null (copied at construction)
-  ConvAct act = ConvAct::none;
-  float alpha = 0, beta = 0;       // clip bounds
+  Activation act = Activation::none;
+  ActivationBounds bounds;         // for clip
 };
 
 // y [batch, Ck, positions] = link_k(... link_1(x [batch, C0, positions])),
@@ -55,8 +55,8 @@ class ConvChainKernel {
   struct Step {
     PackedB w;                     // Wᵀ [cin, cout]
     std::vector<float> bias;       // empty: none
-    ConvAct act;
-    float alpha, beta;
+    Activation act;
+    ActivationBounds bounds;
   };
   void run_tile(const float* x, float* y, int64_t task) const;
 

@@ -34,20 +34,6 @@ namespace milrt::kernels {
 
 namespace detail {
 
-float activate(Activation act, float x) {
-  switch (act) {
-    case Activation::none: return x;
-    case Activation::relu: return x > 0 ? x : 0.0f;
-    case Activation::sigmoid: return 1.0f / (1.0f + std::exp(-x));
-    case Activation::silu: return x / (1.0f + std::exp(-x));
-    case Activation::gelu_tanh: {
-      // 0.5·(1 + tanh(u)) = sigmoid(2u): no cancellation for negative x.
-      const float u2 = 1.5957691216f * (x + 0.044715f * x * x * x);
-      return x / (1.0f + std::exp(-u2));
-    }
-  }
-  return x;
-}
 
 float load_elem(const void* p, ElemType t, int64_t i) {
   switch (t) {
@@ -555,6 +541,7 @@ void check_matrix(const char* name, const MatrixRef& x, int64_t rows, int64_t co
 void check_output(const OutputRef& c, const Epilogue& ep, int64_t M, int64_t N) {
   if (c.ld < N) fail("C has ld " + std::to_string(c.ld) + " < N = " + std::to_string(N));
   if (M > 0 && N > 0 && !c.data) fail("C is null");
+  if (!gemm_supports(ep.act)) fail(std::string("the epilogue cannot apply ") + activation_name(ep.act));
   if (ep.residual && ep.residual_ld < N)
     fail("the residual has ld " + std::to_string(ep.residual_ld) + " < N = " + std::to_string(N));
 }
@@ -619,6 +606,17 @@ Isa PackedB::isa() const { return impl_->isa; }
 size_t PackedB::bytes() const { return impl_->bytes; }
 
 // ---- entry points -------------------------------------------------------------
+
+bool gemm_supports(Activation a) {
+  switch (a) {
+    case Activation::none:
+    case Activation::relu:
+    case Activation::sigmoid:
+    case Activation::silu:
+    case Activation::gelu_tanh: return true;
+    default: return false;
+  }
+}
 
 void gemm(int64_t M, int64_t N, int64_t K, const MatrixRef& a, const MatrixRef& b, const OutputRef& c,
           const Epilogue& ep, GemmMath math, Isa isa) {

@@ -113,7 +113,7 @@ void gemv_rows_f32(int64_t N, int64_t K, const float* x, const float* w, int64_t
     for (int64_t j = j0; j < j1; ++j) {
       float v = ep.alpha * dot[j - j0];
       if (ep.bias) v += ep.bias[j];
-      v = detail::activate(ep.act, v);
+      v = activate(ep.act, v);
       if (ep.residual) v += static_cast<const float*>(ep.residual)[j];
       y[j] = v;
     }

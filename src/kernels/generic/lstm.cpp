@@ -9,17 +9,6 @@
 namespace milrt::kernels {
 namespace {
 
-float activate(LstmAct a, float v) {
-  switch (a) {
-    case LstmAct::Sigmoid: return 1.0f / (1.0f + std::exp(-v));
-    case LstmAct::Tanh: return std::tanh(v);
-    case LstmAct::Relu: return std::max(0.0f, v);
-    case LstmAct::Linear: return v;
-    case LstmAct::HardSigmoid: return std::min(1.0f, std::max(0.0f, 0.2f * v + 0.5f));
-  }
-  return v;
-}
-
 
 // act over n values in place. Sigmoid and tanh, the common gates, run as
 // vectorized loops (one clone per ISA, picked at load time); tanh is
@@ -31,12 +20,11 @@ MILRT_CLONES void tanh_all(float* v, int64_t n) {
   for (int64_t i = 0; i < n; ++i) v[i] = 1.0f - 2.0f / (1.0f + exp_poly(2.0f * v[i]));
 }
 
-void activate_all(LstmAct a, float* v, int64_t n) {
+void activate_gates(Activation a, float* v, int64_t n) {
   switch (a) {
-    case LstmAct::Sigmoid: return sigmoid_all(v, n);
-    case LstmAct::Tanh: return tanh_all(v, n);
-    default:
-      for (int64_t i = 0; i < n; ++i) v[i] = activate(a, v[i]);
+    case Activation::sigmoid: return sigmoid_all(v, n);
+    case Activation::tanh: return tanh_all(v, n);
+    default: return activate_all(v, n, a);
   }
 }
 
@@ -133,8 +121,8 @@ void LstmKernel::run(const float* x, const float* h0, const float* c0, const flo
             zi[j] += pp[j] * cs[j];
             zf[j] += pp[H + j] * cs[j];
           }
-        activate_all(cfg.recurrent, zi, 2 * H);   // i and f are adjacent
-        activate_all(cfg.cell, zg, H);
+        activate_gates(cfg.recurrent, zi, 2 * H);   // i and f are adjacent
+        activate_gates(cfg.cell, zg, H);
         for (int64_t j = 0; j < H; ++j) {
           float cnew = zf[j] * cs[j] + zi[j] * zg[j];
           if (cfg.clip) cnew = std::min(cfg.clip_value, std::max(-cfg.clip_value, cnew));
@@ -143,10 +131,10 @@ void LstmKernel::run(const float* x, const float* h0, const float* c0, const flo
         // the output gate's peephole sees the new cell state
         if (pp)
           for (int64_t j = 0; j < H; ++j) zo[j] += pp[2 * H + j] * cs[j];
-        activate_all(cfg.recurrent, zo, H);
+        activate_gates(cfg.recurrent, zo, H);
         // zg is free again: it takes act(c).
         for (int64_t j = 0; j < H; ++j) zg[j] = cs[j];
-        activate_all(cfg.output, zg, H);
+        activate_gates(cfg.output, zg, H);
         for (int64_t j = 0; j < H; ++j) hs[j] = zo[j] * zg[j];
         if (cfg.output_sequence) {
           const int64_t pos = backward_[d] && cfg.backward_in_processing_order ? step : t;

@@ -9,8 +9,6 @@
 
 namespace milrt::kernels {
 
-enum class LstmAct { Sigmoid, Tanh, Relu, Linear, HardSigmoid };
-
 struct LstmDirection {
   const float* w_ih = nullptr;       // [4H, input]
   const float* w_hh = nullptr;       // [4H, H]
@@ -26,7 +24,7 @@ struct LstmConfig {
   // Where step `s` of a backward direction is written in the output sequence:
   // at its processing position s (Core ML "reverse") or its time index (bidirectional).
   bool backward_in_processing_order = false;
-  LstmAct recurrent = LstmAct::Sigmoid, cell = LstmAct::Tanh, output = LstmAct::Tanh;
+  Activation recurrent = Activation::sigmoid, cell = Activation::tanh, output = Activation::tanh;
   bool clip = false;
   float clip_value = 0;
 };

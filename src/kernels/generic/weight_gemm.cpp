@@ -58,6 +58,7 @@ void check(int64_t M, const float* a, int64_t lda, const WeightRef& w, const flo
   if (w.ld < w.k) fail("W has ld " + std::to_string(w.ld) + " < K = " + std::to_string(w.k));
   if (lda < w.k) fail("A has ld " + std::to_string(lda) + " < K = " + std::to_string(w.k));
   if (ldc < w.n) fail("C has ld " + std::to_string(ldc) + " < N = " + std::to_string(w.n));
+  if (!gemm_supports(ep.act)) fail(std::string("the epilogue cannot apply ") + activation_name(ep.act));
   if (w.format == WeightFormat::q8) {
     if (w.block <= 0) fail("q8 block " + std::to_string(w.block) + " is not positive");
     if (w.k % w.block != 0)
@@ -173,7 +174,7 @@ void finish(const float* dot, int64_t ldd, int M, int64_t row0, int64_t j0, int6
     for (int64_t j = j0; j < j1; ++j) {
       float v = ep.alpha * dot[i * ldd + (j - j0)];
       if (ep.bias) v += ep.bias[j];
-      v = detail::activate(ep.act, v);
+      v = activate(ep.act, v);
       if (ep.residual) v += detail::load_elem(ep.residual, ep.residual_type, (row0 + i) * ep.residual_ld + j);
       c[(row0 + i) * ldc + j] = v;
     }

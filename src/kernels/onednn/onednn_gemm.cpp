@@ -180,7 +180,7 @@ void validate(const OnednnGemmDesc& d) {
   if (d.c_ld != 0 && d.c_ld < d.n) fail("C ld " + std::to_string(d.c_ld) + " < N " + std::to_string(d.n));
   if (d.has_residual && d.residual_ld < d.n)
     fail("residual ld " + std::to_string(d.residual_ld) + " < N " + std::to_string(d.n));
-  if (int(d.act) > int(Activation::sigmoid)) fail("unknown activation");
+  if (!gemm_supports(d.act)) fail(std::string("the epilogue cannot apply ") + activation_name(d.act));
 }
 
 }  // namespace
@@ -247,6 +247,7 @@ OnednnGemm::OnednnGemm(const OnednnGemmDesc& desc) : impl_(std::make_unique<Impl
       case Activation::gelu_tanh: po.append_eltwise(1, dnnl::algorithm::eltwise_gelu_tanh, 0, 0); ++n_post; break;
       case Activation::silu: po.append_eltwise(1, dnnl::algorithm::eltwise_swish, 1, 0); ++n_post; break;
       case Activation::sigmoid: po.append_eltwise(1, dnnl::algorithm::eltwise_logistic, 0, 0); ++n_post; break;
+      default: break;  // refused by the description's check (gemm_supports)
     }
     // The residual is a binary add of its own memory, not a sum post-op:
     // oneDNN 2.6 accepts sum only first among the post-ops (elsewhere it

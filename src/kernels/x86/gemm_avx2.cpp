@@ -56,6 +56,7 @@ inline __m256 activate(__m256 x, Activation act) {
                                       _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), x3, x));
       return times_sigmoid(x, u2);
     }
+    default: return x;  // refused before any kernel runs (gemm_supports)
   }
   return x;
 }

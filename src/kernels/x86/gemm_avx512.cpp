@@ -55,6 +55,7 @@ inline __m512 activate(__m512 x, Activation act) {
                                       _mm512_fmadd_ps(_mm512_set1_ps(0.044715f), x3, x));
       return times_sigmoid(x, u2);
     }
+    default: return x;  // refused before any kernel runs (gemm_supports)
   }
   return x;
 }

@@ -24,15 +24,6 @@ Tensor constant_f32(const Op& op, LowerCtx& ctx, const Arg& a, const std::string
   return t->dtype() == DType::FP32 ? *t : t->cast(DType::FP32);
 }
 
-kernels::ConvAct conv_act(const Op& op, const std::string& a) {
-  if (a == "none") return kernels::ConvAct::none;
-  if (a == "relu") return kernels::ConvAct::relu;
-  if (a == "sigmoid") return kernels::ConvAct::sigmoid;
-  if (a == "silu") return kernels::ConvAct::silu;
-  if (a == "clip") return kernels::ConvAct::clip;
-  throw_op_error(op, "unsupported activation '" + a + "'");
-}
-
 std::unique_ptr<Step> lower_conv_chain(const Op& op, LowerCtx& ctx) {
   ValueRef x = ctx.input(op, "x"), o = ctx.output(op);
   if (x.dtype != DType::FP32 || x.shape.size() < 3) throw_op_error(op, "x must be a float tensor of rank >= 3");
@@ -60,12 +51,11 @@ std::unique_ptr<Step> lower_conv_chain(const Op& op, LowerCtx& ctx) {
       throw_op_error(op, n + " does not fit " + std::to_string(cin) + " channels");
     const Tensor& b = held.emplace_back(constant_f32(op, ctx, bs[i], "biases[" + std::to_string(i) + "]"));
     if (b.numel() != cout) throw_op_error(op, "biases[" + std::to_string(i) + "] must hold one value per channel");
-    kernels::ConvChainLink l{w.ptr<float>(), b.ptr<float>(), conv_act(op, acts[i])};
-    if (l.act == kernels::ConvAct::clip) {
+    kernels::ConvChainLink l{w.ptr<float>(), b.ptr<float>(), activation_named(op, acts[i]), {}};
+    if (l.act == kernels::Activation::clip) {
       if (alphas.numel() != int64_t(ws.size()) || betas.numel() != int64_t(ws.size()))
         throw_op_error(op, "a clip needs alphas and betas");
-      l.alpha = float(alphas.at(i));
-      l.beta = float(betas.at(i));
+      l.bounds = {float(alphas.at(i)), float(betas.at(i))};
     }
     links.push_back(l);
     channels.push_back(cout);

@@ -9,6 +9,7 @@
 
 namespace milrt::rt {
 
-std::unique_ptr<Step> lower_conv_with(const Op& op, LowerCtx& ctx, kernels::ConvAct act, float alpha, float beta);
+std::unique_ptr<Step> lower_conv_with(const Op& op, LowerCtx& ctx, kernels::Activation act,
+                                      kernels::ActivationBounds bounds);
 
 }  // namespace milrt::rt

@@ -4,15 +4,6 @@
 namespace milrt::rt {
 namespace {
 
-kernels::Activation activation_of(const Op& op, const std::string& s) {
-  if (s == "none") return kernels::Activation::none;
-  if (s == "relu") return kernels::Activation::relu;
-  if (s == "gelu_tanh") return kernels::Activation::gelu_tanh;
-  if (s == "silu") return kernels::Activation::silu;
-  if (s == "sigmoid") return kernels::Activation::sigmoid;
-  throw_op_error(op, "unknown activation '" + s + "'");
-}
-
 std::unique_ptr<Step> lower_fused_gemm(const Op& op, LowerCtx& ctx) {
   GemmLowering g;
   g.transpose_x = ctx.const_bool(op, "transpose_x", false);
@@ -20,7 +11,8 @@ std::unique_ptr<Step> lower_fused_gemm(const Op& op, LowerCtx& ctx) {
   if (op.has("bias")) g.bias_key = "bias";
   if (op.has("residual")) g.residual_key = "residual";
   g.alpha = float(ctx.const_float(op, "alpha", 1.0));
-  g.act = activation_of(op, ctx.const_str(op, "activation", std::string("none")));
+  g.act = activation_named(op, ctx.const_str(op, "activation", std::string("none")));
+  if (!kernels::gemm_supports(g.act)) throw_op_error(op, "a GEMM epilogue cannot apply " + std::string(kernels::activation_name(g.act)));
   return lower_gemm(op, ctx, g);
 }
 

@@ -28,17 +28,6 @@
 namespace milrt::rt {
 namespace {
 
-const char* act_name(kernels::Activation a) {
-  switch (a) {
-    case kernels::Activation::none: return "none";
-    case kernels::Activation::relu: return "relu";
-    case kernels::Activation::gelu_tanh: return "gelu_tanh";
-    case kernels::Activation::silu: return "silu";
-    case kernels::Activation::sigmoid: return "sigmoid";
-  }
-  return "?";
-}
-
 struct GemmShape {
   int64_t m = 0, n = 0, k = 0;
   bool tx = false, ty = false;
@@ -334,7 +323,7 @@ std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering
   if (onednn) kernel += "[onednn]";
   if (gl.alpha != 1) kernel += "+alpha";
   if (ib >= 0) kernel += "+bias";
-  if (gl.act != kernels::Activation::none) kernel += std::string("+") + act_name(gl.act);
+  if (gl.act != kernels::Activation::none) kernel += std::string("+") + kernels::activation_name(gl.act);
   if (ir >= 0) kernel += "+residual";
 
   const int ix = x.id, iy = y.id, io = o.id;
