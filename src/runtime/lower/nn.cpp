@@ -28,17 +28,6 @@ const float* const_f32(const Tensor* t, std::shared_ptr<Tensor>& holder) {
   return holder->ptr<float>();
 }
 
-const char* act_name(kernels::ConvAct a) {
-  switch (a) {
-    case kernels::ConvAct::none: return "";
-    case kernels::ConvAct::relu: return "+relu";
-    case kernels::ConvAct::clip: return "+clip";
-    case kernels::ConvAct::sigmoid: return "+sigmoid";
-    case kernels::ConvAct::silu: return "+silu";
-  }
-  return "";
-}
-
 // The parameters conv and conv_transpose share, read and checked.
 struct ConvParams {
   size_t nsp = 0;  // spatial dims
@@ -66,7 +55,8 @@ ConvParams conv_params(const Op& op, LowerCtx& ctx, const ValueRef& x, const Val
 
 }  // namespace
 
-std::unique_ptr<Step> lower_conv_with(const Op& op, LowerCtx& ctx, kernels::ConvAct act, float alpha, float beta) {
+std::unique_ptr<Step> lower_conv_with(const Op& op, LowerCtx& ctx, kernels::Activation act,
+                                      kernels::ActivationBounds bounds) {
   ValueRef x = ctx.input(op, "x"), w = ctx.input(op, "weight"), o = ctx.output(op);
   const ConvParams p = conv_params(op, ctx, x, w);
   const size_t nsp = p.nsp;
@@ -109,9 +99,11 @@ std::unique_ptr<Step> lower_conv_with(const Op& op, LowerCtx& ctx, kernels::Conv
   // Constant weights (the usual case) are packed now; others are read at run time.
   std::shared_ptr<Tensor> wholder;
   const float* wconst = const_f32(ctx.const_value(op, "weight"), wholder);
-  auto kern = std::make_shared<const kernels::ConvKernel>(g, wconst, act, alpha, beta);
+  auto kern = std::make_shared<const kernels::ConvKernel>(g, wconst, act, bounds);
   int ix = x.id, iw = w.id, io = o.id;
-  auto step = make_step(std::string(kern->uses_gemm() ? "conv:gemm" : "conv:direct") + act_name(act), op,
+  std::string name = kern->uses_gemm() ? "conv:gemm" : "conv:direct";
+  if (act != kernels::Activation::none) name += std::string("+") + kernels::activation_name(act);
+  auto step = make_step(name, op,
                         [=](const Frame& f) {
                           kern->run(f.at<float>(ix), f.at<float>(iw), ib >= 0 ? f.at<float>(ib) : nullptr,
                                     f.at<float>(io));
@@ -124,18 +116,16 @@ std::unique_ptr<Step> lower_conv_with(const Op& op, LowerCtx& ctx, kernels::Conv
 namespace {
 
 std::unique_ptr<Step> lower_conv(const Op& op, LowerCtx& ctx) {
-  return lower_conv_with(op, ctx, kernels::ConvAct::none, 0, 0);
+  return lower_conv_with(op, ctx, kernels::Activation::none, {});
 }
 
-kernels::LstmAct activation(const Op& op, LowerCtx& ctx, const std::string& key, const std::string& def) {
+kernels::Activation activation(const Op& op, LowerCtx& ctx, const std::string& key, const std::string& def) {
   std::string a = ctx.const_str(op, key, def);
   for (char& ch : a) ch = char(std::tolower(static_cast<unsigned char>(ch)));
-  if (a == "sigmoid") return kernels::LstmAct::Sigmoid;
   // scaled_tanh with its default alpha = beta = 1, as the reference reads it.
-  if (a == "tanh" || a == "scaled_tanh") return kernels::LstmAct::Tanh;
-  if (a == "relu") return kernels::LstmAct::Relu;
-  if (a == "linear") return kernels::LstmAct::Linear;
-  if (a == "hard_sigmoid") return kernels::LstmAct::HardSigmoid;
+  if (a == "scaled_tanh") return kernels::Activation::tanh;
+  if (a == "linear") return kernels::Activation::none;
+  if (a == "sigmoid" || a == "tanh" || a == "relu" || a == "hard_sigmoid") return activation_named(op, a);
   throw_op_error(op, "unsupported activation '" + a + "'");
 }
 
