@@ -90,7 +90,6 @@ TrainOptions seed_recipe(int64_t steps, const std::string& dir) {
   o.adamw.weight_decay = 0, o.adamw.grad_clip = 0, o.adamw.warmup = 0, o.adamw.min_lr_ratio = 1;
   o.adamw.total_steps = steps;
   o.eval_batches = 1;
-  o.quiet = true;
   o.out_dir = dir;
   return o;
 }

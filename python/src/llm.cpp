@@ -20,6 +20,7 @@
 #include "llm/llama_config.h"
 #include "llm/sample.h"
 #include "llm/tokenizer.h"
+#include "llm/train_progress.h"
 #include "llm/train_tasks.h"
 #include "llm/trainer.h"
 #include "milrt/error.h"
@@ -193,12 +194,21 @@ pb::dict train_llama(const std::string& config, const std::string& out, int64_t 
     t.eval_every = eval_every;
     t.eval_batches = eval_batches;
     t.out_dir = out;
-    t.quiet = !verbose;
     t.precision = precision == "bf16" ? CompileOptions::MatmulPrecision::bf16 : CompileOptions::MatmulPrecision::fp32;
     // Every step: the progress callback, and Ctrl-C (Python's SIGINT handler
     // only flags it) raised as KeyboardInterrupt. Either exception leaves
     // train() as pybind11::error_already_set and reaches Python as itself.
-    t.on_step = [&progress](int64_t, const llm::TrainLog& l) {
+    // verbose: the CLI's progress lines on stdout (never the live line).
+    std::unique_ptr<llm::TrainProgress> lines;
+    if (verbose) {
+      llm::ProgressOptions p;
+      p.steps = steps;
+      p.accum = accum;
+      p.tokens_per_microstep = task.tokens_per_microstep;
+      lines = std::make_unique<llm::TrainProgress>(p);
+    }
+    t.on_step = [&progress, &lines](int64_t step, const llm::TrainLog& l) {
+      if (lines) lines->on_step(step, l);
       pb::gil_scoped_acquire acquire;
       if (PyErr_CheckSignals() != 0) throw pb::error_already_set();
       if (!progress.is_none()) progress(row_dict(l.rows.back()));

@@ -1,7 +1,5 @@
 #include "llm/trainer.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -35,13 +33,6 @@ double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
-}
-
-std::string fmt_duration(double seconds) {
-  long s = long(std::max(0.0, seconds));
-  if (s >= 3600) return fmt::format("{}h{:02}m", s / 3600, (s / 60) % 60);
-  if (s >= 60) return fmt::format("{}m{:02}s", s / 60, s % 60);
-  return fmt::format("{}s", s);
 }
 
 // The data inputs of the loss program (every input that is not a weight), as
@@ -201,7 +192,6 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
   // Data parallelism (1 rank unless launched by mpirun): every replica starts
   // from rank 0's weights.
   const int world = dist::world_size(), rank = dist::rank();
-  const bool quiet = opt.quiet || rank != 0;
   const bool writer = rank == 0 && !opt.out_dir.empty();
   if (opt.zero < 0 || opt.zero > 1) throw Error(fmt::format("train: --zero {} (0: off, 1: shard the optimizer state)", opt.zero));
   // ZeRO-1: the weights and gradients live in flat arrays (the tensors are
@@ -396,7 +386,6 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
     if (opt.on_save) opt.on_save(step, log);
   };
 
-  const bool live = !quiet && isatty(STDERR_FILENO);
   std::vector<double> t_comm, t_wait;
   std::vector<double> t_fb, t_fwd, t_opt, t_data, t_step, t_acc;
   int64_t step = log.first_step;
@@ -482,12 +471,6 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
       if (ls.scale < 0x1p-24)
         throw Error(fmt::format("train: the gradients are not finite even at loss scale {:g} (step {}): the model diverged; "
                                 "lower the learning rate", scale, step + 1));
-      if (!quiet) {
-        if (live) std::fprintf(stderr, "\r\033[K");
-        std::printf("step %lld: non-finite gradients at loss scale %g: step skipped, scale now %g\n",
-                    (long long)(step + 1), scale, ls.scale);
-        std::fflush(stdout);
-      }
     } else {
       if (zero) {
         grad_norm = std::sqrt(sq_global);
@@ -516,34 +499,20 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
     const bool last = step + 1 == opt.steps;
     if ((opt.eval_every > 0 && (step + 1) % opt.eval_every == 0) || last) row.val_loss = evaluate(&t_fwd);
     log.rows.push_back(row);
+    log.loss_scale = ls.scale;
+    {
+      // This step alone, per micro-step.
+      const size_t n = size_t(opt.accum);
+      auto mean_last = [&](const std::vector<double>& v) {
+        double sum = 0;
+        for (size_t i = v.size() - std::min(n, v.size()); i < v.size(); ++i) sum += v[i];
+        return sum / double(n);
+      };
+      log.last_step = {mean_last(t_fb), opt.accum > 1 && !t_acc.empty() ? t_acc.back() / double(n) : 0.0,
+                       t_opt.back() / double(n), mean_last(t_data), median(t_wait), median(t_comm)};
+    }
     if (opt.on_step) opt.on_step(step + 1, log);
 
-    const double step_ms = median(t_step);
-    const double eta = step_ms * double(opt.steps - step - 1) / 1000.0;
-    const double tok_s = task.tokens_per_microstep > 0 ? double(task.tokens_per_microstep * opt.accum * world) / (step_ms / 1000) : 0;
-    std::string line = fmt::format("step {}/{} | loss {:.4f}", step + 1, opt.steps, row.loss);
-    if (!std::isnan(row.val_loss)) line += fmt::format(" | val {:.4f}", row.val_loss);
-    if (tok_s > 0) line += fmt::format(" | {:.0f} tok/s", tok_s);
-    line += fmt::format(" | {:.1f} ms/step", step_ms);
-    if (world > 1) line += fmt::format(" (wait {:.1f}, allreduce {:.1f}) | {} ranks", median(t_wait), median(t_comm), world);
-    line += fmt::format(" | lr {:.2e} | ETA {}", lr, fmt_duration(eta));
-    if (live) std::fprintf(stderr, "\r\033[K%s", line.c_str());
-    else if (!quiet && (opt.phase_lines || (step + 1) % std::max(1, opt.log_every) == 0 || last || !std::isnan(row.val_loss)))
-      std::printf("%s\n", line.c_str()), std::fflush(stdout);
-    if (opt.phase_lines && !quiet) {
-      // This step alone, per micro-step, as the seed prints each batch.
-      const size_t n = size_t(opt.accum);
-      auto mean_last = [&](const std::vector<double>& v, size_t k) {
-        double sum = 0;
-        for (size_t i = v.size() - std::min(k, v.size()); i < v.size(); ++i) sum += v[i];
-        return k ? sum / double(k) : 0.0;
-      };
-      if (live) std::fprintf(stderr, "\r\033[K%s\n", line.c_str());
-      std::printf("  [batch %lld: %lld micro-steps in %.0f ms, %.1f ms each] fwd+bwd %.1f | accumulate %.2f | optimizer %.2f | data %.3f ms/micro-step\n",
-                  (long long)(step + 1), (long long)opt.accum, ms, ms / double(opt.accum), mean_last(t_fb, n),
-                  opt.accum > 1 && !t_acc.empty() ? t_acc.back() / double(n) : 0.0, t_opt.back() / double(opt.accum), mean_last(t_data, n));
-      std::fflush(stdout);
-    }
     if (profiling && step == log.first_step && !last) {  // the first step warmed up: profile from the next
       step_plan.reset_profile(), eval_plan.reset_profile(), log.phase_spans.clear();
       profile_from = step + 1, profile_data = t_data.size(), profile_opt = t_opt.size(), profile_acc = t_acc.size();
@@ -555,7 +524,6 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
       break;
     }
   }
-  if (live) std::fprintf(stderr, "\n");
   // Collective: the condition must be the same on every rank.
   if (!evaluated && !log.interrupted) evaluate(&t_fwd);
   log.ms_accumulate = median(t_acc);

@@ -54,8 +54,6 @@ struct TrainOptions {
   int64_t save_every = 0;            // 0: only at the end (and on Ctrl-C)
   std::string out_dir;               // run directory; "" = no files
   bool resume = false;               // continue from out_dir's checkpoint + state
-  int log_every = 10;                // plain log lines (a terminal gets a live line)
-  bool quiet = false;
   bool recompute = false;            // GradOptions::recompute: less memory, a little more arithmetic
   // bf16: matrix products with bf16 operands and fp32 accumulation (weights,
   // gradients, optimizer and everything else stay fp32: the master copy).
@@ -74,9 +72,6 @@ struct TrainOptions {
   double loss_scale = 32768;
   int64_t loss_scale_window = 200;
   const std::atomic<bool>* stop = nullptr;  // set by SIGINT: save and return after the current step
-  // After each optimizer step, a second line with the step's phase split (the
-  // second seed's per-batch line); the progress line is then printed every step.
-  bool phase_lines = false;
   // Called once both plans are compiled (the step plan: loss and gradients;
   // the eval plan: loss), with the time compiling took.
   std::function<void(const Plan& step, const Plan& eval, double compile_ms)> on_compiled;
@@ -84,9 +79,11 @@ struct TrainOptions {
   // so far: the place to keep run-level records beside the checkpoint.
   std::function<void(int64_t step, const TrainLog& log)> on_save;
   // Called after every optimizer step with the log so far, whose last row is
-  // that step's (val_loss NaN when the step did not evaluate): a caller's
-  // progress display (the Python package's milrt.llm.train). An exception it
-  // throws ends train() there and propagates.
+  // that step's (val_loss NaN when the step did not evaluate) and whose
+  // last_step holds its phases: a caller's progress display (train() prints
+  // nothing itself; llm/train_progress.h prints the CLI's lines). Called on
+  // every rank of a data-parallel run. An exception it throws ends train()
+  // there and propagates.
   std::function<void(int64_t step, const TrainLog& log)> on_step;
   // Profiling (--profile, --trace): both plans time every step, from the
   // second optimizer step on (the first grows caches and scratch) when more
@@ -129,9 +126,16 @@ struct TrainLog {
   const char* peak_kind = "fp32 FMA";  // "bf16 dot" for --precision bf16
   int threads = 1;
   int64_t first_step = 0;            // > 0 after a resume
+  // The last optimizer step's phases (what on_step reports): ms per
+  // micro-step of the forward and backward plan, the zeroing of the gradient
+  // sums, the optimizer (its step spread over the micro-steps) and the data;
+  // and, in data-parallel runs, the medians so far of the wait and the
+  // all-reduce per optimizer step.
+  struct StepPhases { double fwd_bwd = 0, accumulate = 0, optimizer = 0, data = 0, wait = 0, allreduce = 0; };
+  StepPhases last_step;
   // Loss scaling (fp16 tasks): steps whose gradients were not finite, so the
   // optimizer skipped them (their row's grad_norm is NaN), in this call; and
-  // the scale at the end (1 without scaling).
+  // the scale now (after each step; 1 without scaling).
   std::vector<int64_t> skipped_steps;
   double loss_scale = 1;
   bool interrupted = false;

@@ -46,7 +46,6 @@ llm::TrainOptions tiny_train_options(int64_t steps) {
   o.adamw.weight_decay = 0.01;
   o.eval_every = 0;
   o.eval_batches = 4;
-  o.quiet = true;
   return o;
 }
 

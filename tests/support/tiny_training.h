@@ -20,7 +20,7 @@ std::string tiny_corpus();
 std::string write_tiny_corpus(const std::string& dir);
 // dim 32, hidden 64, 1 layer, 2 heads sharing 1 kv head, byte vocabulary, seq 16.
 llm::LlamaConfig tiny_llama_config();
-// AdamW at lr 1e-2 with 5 warmup steps over `steps`, quiet, evaluation at the end.
+// AdamW at lr 1e-2 with 5 warmup steps over `steps`, evaluation at the end.
 llm::TrainOptions tiny_train_options(int64_t steps);
 // Batches of 8 from write_tiny_corpus(dir): the task options of the tiny runs.
 llm::LlamaTaskOptions tiny_task_options(const std::string& dir);

@@ -60,7 +60,6 @@ void add_bench_train(CLI::App& bench) {
     t.steps = steps + 1;  // the first step warms caches and per-thread scratch
     t.accum = accum;
     t.eval_batches = 1;
-    t.quiet = true;
     t.profile = profile_flags().on();
     t.trace = !profile_flags().trace.empty();
     t.precision = precision == "bf16" ? CompileOptions::MatmulPrecision::bf16 : CompileOptions::MatmulPrecision::fp32;

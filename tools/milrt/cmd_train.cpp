@@ -1,7 +1,10 @@
 // milrt train: trains a Llama-family model (or the second seed's layer)
 // through a derived MIL gradient program; see src/llm/trainer.h.
+#include <unistd.h>
+
 #include <csignal>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <cstdio>
 #include <filesystem>
@@ -16,6 +19,7 @@
 #include "llm/run_record.h"
 #include "llm/sample.h"
 #include "llm/seed_report.h"
+#include "llm/train_progress.h"
 #include "llm/train_tasks.h"
 #include "milrt/autodiff.h"
 #include "milrt/error.h"
@@ -130,8 +134,6 @@ llm::TrainOptions train_options(const Args& a) {
   t.save_every = a.save_every;
   t.out_dir = a.out;
   t.resume = a.resume;
-  t.log_every = a.log_every;
-  t.quiet = a.quiet;
   t.recompute = a.recompute;
   t.zero = a.zero;
   t.stop = &g_stop;
@@ -150,6 +152,28 @@ llm::TrainOptions train_options(const Args& a) {
   // The reports' utilisation is against the peak measured in this run.
   t.peak_gflops = profile_peak_gflops(a.precision == "bf16");
   return t;
+}
+
+// train() with the progress lines on rank 0 (unless --quiet): live on a
+// terminal, every --log-every steps otherwise.
+llm::TrainLog train_with_progress(llm::TrainTask& task, llm::TrainOptions t, TensorMap& weights, const Args& a,
+                                  bool phase_lines) {
+  std::unique_ptr<llm::TrainProgress> progress;
+  if (!a.quiet && llm::dist::rank() == 0) {
+    llm::ProgressOptions p;
+    p.steps = t.steps;
+    p.accum = t.accum;
+    p.tokens_per_microstep = task.tokens_per_microstep;
+    p.world = llm::dist::world_size();
+    p.log_every = a.log_every;
+    p.phase_lines = phase_lines;
+    p.live = isatty(STDERR_FILENO);
+    progress = std::make_unique<llm::TrainProgress>(p);
+    t.on_step = [&progress](int64_t step, const llm::TrainLog& log) { progress->on_step(step, log); };
+  }
+  llm::TrainLog log = llm::train(task, t, weights);
+  if (progress) progress->finish();
+  return log;
 }
 
 void run_llama(Args& a) {
@@ -202,7 +226,7 @@ void run_llama(Args& a) {
               kernels::num_threads() == 1 ? "" : "s");
   print_data_parallel(a);
   std::fflush(stdout);
-  llm::TrainLog log = llm::train(task, t, weights);
+  llm::TrainLog log = train_with_progress(task, t, weights, a, /*phase_lines=*/false);
   std::printf("%s%s", llm::efficiency_report(task, t, log).c_str(), llm::distributed_report(task, t, log).c_str());
   report_train_profile(log);
   if (log.interrupted) std::printf("interrupted: checkpoint saved at step %lld in %s\n", (long long)(log.rows.empty() ? 0 : log.rows.back().step), a.out.c_str());
@@ -233,7 +257,6 @@ void run_seed_layer(Args& a) {
                                         : task.init_weights;
   llm::TrainOptions t = train_options(a);
   t.eval_batches = 1;  // one fixed batch
-  t.phase_lines = true;
   t.on_compiled = [&](const Plan& step, const Plan& eval, double ms) {
     if (!a.quiet) std::printf("%s", llm::plan_kernel_summary(step, eval, ms).c_str()), std::fflush(stdout);
   };
@@ -241,7 +264,7 @@ void run_seed_layer(Args& a) {
               kernels::num_threads() == 1 ? "" : "s");
   print_data_parallel(a);
   std::fflush(stdout);
-  llm::TrainLog log = llm::train(task, t, weights);
+  llm::TrainLog log = train_with_progress(task, t, weights, a, /*phase_lines=*/true);
   std::printf("%s%s", llm::efficiency_report(task, t, log).c_str(), llm::distributed_report(task, t, log).c_str());
   report_train_profile(log);
   const int64_t last = log.rows.empty() ? 0 : log.rows.back().step;
