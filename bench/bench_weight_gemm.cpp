@@ -7,7 +7,8 @@
 // --decode-only 1 times M=1 only (skips M=2..8 and M=256).
 // For threads 1, 2, 4 .. --threads, the median of --reps runs of:
 //   M=1 (decode)   y = x·Wᵀ for each weight format (f32, f16, bf16, q8 with
-//                  blocks of 32) and, as the baseline, kernels::gemv_rows_f32
+//                  blocks of 32, and q8 with int8 activations: "q8/int8 act")
+//                  and, as the baseline, kernels::gemv_rows_f32
 //                  on the fp32 matrix. GB/s = bytes of W read (elements plus
 //                  q8 scales) / median time (and / best time). A 64 MB
 //                  read before each run evicts W, so it comes from DRAM as in
@@ -150,20 +151,21 @@ int main(int argc, char** argv) {
       k::set_num_threads(threads);
       std::printf("N %lld K %lld, threads %d\n", (long long)s.n, (long long)s.k, threads);
       // M = 1: weight bytes per second, W cold (from DRAM).
-      for (int fi = -1; fi < 4; ++fi) {
-        const k::WeightFormat f = fi < 0 ? k::WeightFormat::f32 : formats[fi];
-        const Stored one = store(f, w, s.n, s.k);
+      for (int fi = -1; fi < 5; ++fi) {
+        const k::WeightFormat f = fi < 0 ? k::WeightFormat::f32 : formats[std::min(fi, 3)];
+        Stored one = store(f, w, s.n, s.k);
+        if (fi == 4) one.ref.activations = k::ActivationQuant::int8;
         const k::bench::Timing t = time_runs(reps, true, [&] {
           if (fi < 0)
             k::gemv_rows_f32(s.n, s.k, x.data(), one.f32.data(), s.k, y.data(), {});
           else
             k::weight_gemm(1, x.data(), s.k, one.ref, y.data(), s.n);
         });
-        const char* name = fi < 0 ? "gemv_rows_f32" : k::weight_format_name(f);
+        const char* name = fi < 0 ? "gemv_rows_f32" : fi == 4 ? "q8/int8 act" : k::weight_format_name(f);
         std::printf("  M=1 %-14s %8.1f us %7.1f GB/s (best %7.1f GB/s)\n", name, t.median * 1e6,
                     one.bytes / t.median / 1e9, one.bytes / t.best / 1e9);
         record("decode", name, 1, s, threads, t.median, one.bytes / t.median / 1e9, "GBps");
-        if (fi >= 0 && s.n == 2048 && !decode_only) {
+        if (fi >= 0 && fi < 4 && s.n == 2048 && !decode_only) {
           // Rows of A per call: streaming up to the threshold, panels above.
           std::printf("   M=2..8 time / M=1 time:");
           for (int64_t M = 2; M <= 8; ++M) {

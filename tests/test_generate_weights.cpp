@@ -271,18 +271,8 @@ TEST(WeightsOptions, DecodeWeightBytes) {
 
 int lines(const std::string& s) { return int(std::count(s.begin(), s.end(), '\n')); }
 
-// tiny with the byte vocabulary `milrt generate` uses without --tokenizer.
-std::string byte_vocab_checkpoint() {
-  llm::LlamaConfig c = *llm::llama_preset("tiny");
-  c.vocab = 259;
-  c.shared_classifier = false;
-  const std::string path = temp_dir("generate_weights") + "/tiny_bytes.bin";
-  llm::save_llama2c_checkpoint(path, llm::init_llama_weights(c, 3), 0);
-  return path;
-}
-
 TEST(WeightsCli, GenerateWithInt8Weights) {
-  const std::string ckpt = byte_vocab_checkpoint();
+  const std::string ckpt = byte_vocab_checkpoint("generate_weights");
   CliResult r = run_cli({"generate", "--checkpoint", ckpt, "--weights", "int8", "--block", "4", "--steps", "40",
                          "--temperature", "0", "--threads", "1"}, 120);
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;

@@ -66,6 +66,19 @@ struct CompileOptions {
   // usual mixed precision of training. Everything else stays fp32.
   enum class MatmulPrecision { fp32, bf16 };
   MatmulPrecision matmul_precision = MatmulPrecision::fp32;
+  // Matrix products with an int8 block-quantized constant weight (milrt_gemm
+  // from fuse-quantized-weights: constexpr_blockwise_shift_scale int8 data
+  // with per-block scales) that stream the weight, i.e. with at most 4 rows of
+  // activations (token-by-token decoding): exact multiplies the fp32
+  // activations by the int8 weights exactly; int8 first quantizes each row of
+  // activations per weight block to int8 (symmetric, scale max|a| / 127,
+  // rounded to nearest) and sums integer products, times the two blocks'
+  // scales (llama.cpp's Q8_0 x Q8_0: vpdpbusd on avx512_vnni). Faster, and
+  // not exact: each activation moves by up to half its block's step (see
+  // kernels/weight_gemm.h). Products with more rows, and every other
+  // product, are computed as with exact.
+  enum class ActivationPrecision { exact, int8 };
+  ActivationPrecision activation_precision = ActivationPrecision::exact;
   // How each GEMM's backend (milrt's own kernels or oneDNN) is chosen
   // (src/runtime/gemm_tuning.h): on times the candidates for each product
   // shape once and caches the winner per CPU model under the user's cache

@@ -9,8 +9,12 @@
 // Two paths, chosen by M (the rows of A):
 //  - streaming (M <= a few rows, decode): every weight row is read once and
 //    dotted with all M rows of A; rows of W are split over num_threads()
-//    OpenMP threads in blocks of 64. Each output is summed in one fixed order,
-//    so the bits do not depend on the thread count.
+//    OpenMP threads in blocks of 64, unless one thread would stream them in
+//    less time than two parallel regions cost (measured once per thread
+//    count: 40-45 us with OMP_WAIT_POLICY=passive on a VM, where the sleeping
+//    workers are woken through the hypervisor; about 1 us when they spin).
+//    Each output is summed in one fixed order, so the bits do not depend on
+//    the thread count.
 //  - panels (larger M, prefill): a panel of W rows (sized to stay in L2) is
 //    widened into a per-thread fp32 buffer that only grows, and multiplied by
 //    kernels::gemm; panels are spread over threads (or, when there are fewer
@@ -28,6 +32,27 @@
 // widened panels are exact on every path, so only gemm's own path differs.
 // Up to 4 rows stream: measured on Zen 5 (bench_weight_gemm), 2-4 streamed
 // rows cost 1-2x one row, while the panel path at 5-8 rows costs 5-8x.
+//
+// Int8 activations (WeightRef::activations = ActivationQuant::int8, q8 only):
+// llama.cpp's Q8_0 x Q8_0 dot products, an approximation chosen by name. The
+// streaming path first quantizes each row of A per block of the weight's
+// block size, once per call into a per-thread buffer that only grows
+// (symmetric: scale s = max|a| / 127 in fp32, q = a / s in fp32 clamped to
+// ±127 and rounded to nearest even; a block of zeros, or one whose s
+// underflows to 0, has s = 0 and q = 0; a block holding inf or NaN gets
+// s = NaN, so its results are NaN as the exact product's would be), then per
+// weight row and block sums the int8 products exactly in int32 and adds
+// sum · (weight scale · s) into an fp32 accumulator. Paths: avx512 and amx on
+// a CPU with avx512_vnni run vpdpbusd on 64-byte chunks (w + 128 as the
+// unsigned operand, 128 · Σ q of the block taken off) for blocks of 4, 8, 16,
+// 32 or a multiple of 64; avx2, and avx512 for other multiples of 32 or
+// without VNNI, run vpmaddubsw + vpmaddwd on 32-byte chunks (|w| as the
+// unsigned operand, q negated where w < 0) for blocks of 4, 8, 16 or a
+// multiple of 32; other blocks and generic run portable C++. Block sums are
+// exact integers on every path (the same quantized A everywhere), so paths
+// differ only in the order the fp32 block terms are added. Panels (larger M,
+// prefill) ignore the option: their products are exact as with
+// ActivationQuant::none.
 #pragma once
 #include <cstdint>
 
@@ -42,17 +67,25 @@ namespace milrt::kernels {
 enum class WeightFormat : uint8_t { f32, f16, bf16, q8 };
 const char* weight_format_name(WeightFormat f);  // "f32", "f16", "bf16", "q8"
 
+// How the streaming path multiplies A by a q8 weight.
+//  none: fp32 A times the int8 values exactly (the default);
+//  int8: A quantized per block to int8 first, integer dot products (see above).
+enum class ActivationQuant : uint8_t { none, int8 };
+
 struct WeightRef {
   WeightFormat format = WeightFormat::f32;
   const void* data = nullptr;     // row-major [n, ld]
   int64_t n = 0, k = 0, ld = 0;   // ld >= k: elements between rows
   const float* scales = nullptr;  // q8 only: [n, k / block] fp32, row-major
   int64_t block = 0;              // q8 only: elements of a row sharing one scale; divides k
+  ActivationQuant activations = ActivationQuant::none;  // q8 only; the other formats ignore it
 };
 
 // C[M,N] = epilogue(alpha · A[M,K] · Wᵀ) with W's values as stored (f16/bf16 widened exactly; q8 element
 // (j, i) = scales[j·(k/block) + i/block] · q[j·ld + i]); fp32 math: products of fp32 A and the widened weights,
 // accumulated in fp32; for q8 each block's dot product Σ a·q is scaled once (mathematically the same value).
+// With w.activations int8 and M <= 4, q8 rows instead give Σ_blocks (Σ qa·q) · (scale · activation scale),
+// where qa is A quantized as described above (not the exact product: A is rounded to 8 bits per block).
 // The result does not depend on the thread count. Never converts the whole W: small M streams W's rows once
 // (decode: memory bound), larger M widens panels of rows into a thread-local fp32 buffer and runs the fp32 GEMM.
 //

@@ -34,21 +34,35 @@ std::vector<Op> defining_ops(const Function& f, const std::vector<std::string>& 
   return r;
 }
 
-CompileOptions prefill_compile_options(WeightStorage s) {
+CompileOptions compile_options(const GeneratorOptions& g) {
   CompileOptions o;
-  if (prefill_uses_bf16(s)) o.matmul_precision = CompileOptions::MatmulPrecision::bf16;
+  o.activation_precision = g.activations;
+  return o;
+}
+
+CompileOptions prefill_compile_options(const GeneratorOptions& g) {
+  CompileOptions o = compile_options(g);
+  if (prefill_uses_bf16(g.weights)) o.matmul_precision = CompileOptions::MatmulPrecision::bf16;
   return o;
 }
 
 }  // namespace
 
-GeneratorOptions parse_generator_options(const std::string& weights, std::optional<int64_t> block) {
+GeneratorOptions parse_generator_options(const std::string& weights, std::optional<int64_t> block,
+                                         const std::string& activations) {
   GeneratorOptions o;
   o.weights = weights == "fp32" ? WeightStorage::inputs : parse_weight_storage(weights);
   if (block) {
     if (o.weights != WeightStorage::int8) throw Error("a block size is for int8 weights, not " + weights);
     if (*block <= 0) throw Error("the int8 block size must be positive, got " + std::to_string(*block));
     o.block = *block;
+  }
+  if (activations == "int8") {
+    if (o.weights != WeightStorage::int8)
+      throw Error("int8 activations need int8 weights (--weights int8), not " + weights + " weights");
+    o.activations = CompileOptions::ActivationPrecision::int8;
+  } else if (activations != "fp32") {
+    throw Error("unknown activation precision '" + activations + "' (fp32, int8)");
   }
   return o;
 }
@@ -75,6 +89,9 @@ bool prefill_uses_bf16(WeightStorage storage) { return storage == WeightStorage:
 
 Generator::Generator(LlamaWeights weights, GeneratorOptions options) : cfg_(weights.cfg), opt_(options) {
   check_llama_weights(weights);
+  if (opt_.activations != CompileOptions::ActivationPrecision::exact && opt_.weights != WeightStorage::int8)
+    throw Error(std::string("generate: int8 activations need int8 weights, not ") +
+                (opt_.weights == WeightStorage::inputs ? "fp32" : weight_storage_name(opt_.weights)));
   logits_.assign(size_t(cfg_.vocab), 0.0f);
   if (opt_.weights == WeightStorage::inputs) {
     w_ = std::move(weights);
@@ -88,7 +105,7 @@ Generator::Generator(LlamaWeights weights, GeneratorOptions options) : cfg_(weig
     std::vector<std::string> names{"wcls"};
     for (const WeightSpec& s : llama_weight_specs(cfg_)) names.push_back(s.name);
     weight_ops_ = defining_ops(d.functions.at(0), names);
-    decode_ = compile(d);
+    decode_ = compile(d, compile_options(opt_));
   }
   bind_common(decode_);
   decode_.bind("tokens", &token_);
@@ -137,7 +154,7 @@ Program Generator::prefill_program(int64_t T) const {
 Generator::Prefill& Generator::prefill_plan(int64_t T) {
   auto it = prefill_.find(T);
   if (it == prefill_.end()) {
-    Plan plan = compile(prefill_program(T), prefill_compile_options(opt_.weights));
+    Plan plan = compile(prefill_program(T), prefill_compile_options(opt_));
     it = prefill_.emplace(T, Prefill{std::move(plan), std::vector<int32_t>(size_t(T))}).first;
     Plan& p = it->second.plan;
     for (auto& [name, t] : w_.tensors) p.bind(name, t);  // inputs storage only

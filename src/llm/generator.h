@@ -17,6 +17,13 @@
 //   attention included, rounds its operands to bf16 and accumulates in fp32:
 //   vdpbf16ps, about twice the fp32 GEMM rate), which is the point of bf16
 //   prefill; decode stays fp32 math, bound by reading the weights anyway.
+// - int8 with GeneratorOptions::activations int8
+//   (CompileOptions::ActivationPrecision::int8): products that stream the
+//   weights (decode, and prompts of up to 4 tokens) quantize their
+//   activations to int8 per block and take integer dot products, llama.cpp's
+//   Q8_0 x Q8_0; faster than exact decoding and not exact (the README's
+//   Generation section has the measured logit error). Longer prompts are
+//   computed exactly as without it.
 //
 // The KV cache lives in plan state. Plan states cannot be bound to shared
 // memory, so after a prefill the generator copies the prefill plan's caches
@@ -40,12 +47,17 @@ struct GeneratorOptions {
   WeightStorage weights = WeightStorage::inputs;
   // int8: elements of a weight row sharing one scale; must divide dim and hidden.
   int64_t block = 32;
+  // int8 weights only: how the matrix products meet the activations (exact:
+  // fp32 activations; int8: quantized per block, see CompileOptions).
+  CompileOptions::ActivationPrecision activations = CompileOptions::ActivationPrecision::exact;
 };
 
 // The options a command line gives: `weights` "fp32" (the checkpoint bound
 // in place: WeightStorage::inputs), "fp16", "bf16" or "int8"; `block` only
-// with int8. Throws a one-line Error for anything else.
-GeneratorOptions parse_generator_options(const std::string& weights, std::optional<int64_t> block = std::nullopt);
+// with int8; `activations` "fp32" (exact, the default) or "int8", the latter
+// only with int8 weights. Throws a one-line Error for anything else.
+GeneratorOptions parse_generator_options(const std::string& weights, std::optional<int64_t> block = std::nullopt,
+                                         const std::string& activations = "fp32");
 
 // Bytes of weights one decoded token reads in `storage`: every matrix (the
 // classifier included) once, the RMSNorm gains and one embedding row;

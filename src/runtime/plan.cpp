@@ -638,6 +638,7 @@ Plan compile(const Program& program, const CompileOptions& options) {
 
   Lowerer lower(P);
   lower.bf16_matmuls = options.matmul_precision == CompileOptions::MatmulPrecision::bf16;
+  lower.int8_activations = options.activation_precision == CompileOptions::ActivationPrecision::int8;
   lower.fp16_numerics = P.fp16;
   P.input_stable.assign(P.inputs.size(), false);
   for (const std::string& name : options.stable_inputs) {

@@ -28,4 +28,13 @@ std::string random_llama2c_checkpoint(const std::string& config, bool unshared, 
   return path;
 }
 
+std::string byte_vocab_checkpoint(const std::string& test_dir) {
+  llm::LlamaConfig c = *llm::llama_preset("tiny");
+  c.vocab = 259;
+  c.shared_classifier = false;
+  const std::string path = temp_dir(test_dir) + "/tiny_bytes.bin";
+  llm::save_llama2c_checkpoint(path, llm::init_llama_weights(c, 3), 0);
+  return path;
+}
+
 }  // namespace milrt::test

@@ -12,4 +12,8 @@ namespace milrt::test {
 // `unshared`, from `seed`; made once per test process and reused.
 std::string random_llama2c_checkpoint(const std::string& config, bool unshared, int seed = 7);
 
+// A "tiny" checkpoint with the byte vocabulary (259) that `milrt generate`
+// uses without --tokenizer, written by milrt under temp_dir(`test_dir`).
+std::string byte_vocab_checkpoint(const std::string& test_dir);
+
 }  // namespace milrt::test

@@ -5,7 +5,8 @@
 // streams to stdout as it is produced and the speeds go to stderr.
 // --weights picks how the weights are held (generator.h): fp32 binds the
 // checkpoint in place; fp16, bf16 and int8 (blocks of --block) are made from
-// it at load.
+// it at load. --activations int8 (with int8 weights only) quantizes the
+// activations of the decode products too: integer dot products, not exact.
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -27,7 +28,7 @@ struct Args {
   double temperature = 1.0, top_p = 0.9;
   uint64_t seed = 0;
   int threads = 0;
-  std::string weights = "fp32";
+  std::string weights = "fp32", activations = "fp32";
   int64_t block = 32;
   bool block_given = false;
 };
@@ -39,7 +40,8 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 void run(const Args& a) {
   if (a.threads > 0) kernels::set_num_threads(a.threads);
   const llm::GeneratorOptions gopt =
-      llm::parse_generator_options(a.weights, a.block_given ? std::optional<int64_t>(a.block) : std::nullopt);
+      llm::parse_generator_options(a.weights, a.block_given ? std::optional<int64_t>(a.block) : std::nullopt,
+                                   a.activations);
   llm::LlamaWeights w = llm::load_llama2c_checkpoint(a.checkpoint);
   const llm::LlamaConfig cfg = w.cfg;
   // Without --tokenizer: the byte-level vocabulary `milrt train` uses by default.
@@ -84,10 +86,10 @@ void run(const Args& a) {
   const double gen_s = seconds_since(t1);
   std::printf("\n");
   std::fflush(stdout);
-  std::fprintf(stderr, "prompt: %zu tokens in %.3f s, %.1f tok/s; generation: %lld tokens in %.3f s, %.1f tok/s (%d thread%s, %s weights)\n",
+  std::fprintf(stderr, "prompt: %zu tokens in %.3f s, %.1f tok/s; generation: %lld tokens in %.3f s, %.1f tok/s (%d thread%s, %s weights%s)\n",
                ids.size(), prompt_s, double(ids.size()) / std::max(prompt_s, 1e-9), (long long)generated, gen_s,
                double(decoded) / std::max(gen_s, 1e-9), kernels::num_threads(), kernels::num_threads() == 1 ? "" : "s",
-               a.weights.c_str());
+               a.weights.c_str(), a.activations == "int8" ? ", int8 activations" : "");
 }
 
 }  // namespace
@@ -105,6 +107,9 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--threads", a.threads, "threads (default MILRT_THREADS or all cores)");
   cmd->add_option("--weights", a.weights, "fp32 (the checkpoint in place), fp16, bf16 or int8");
   auto* block = cmd->add_option("--block", a.block, "int8: elements of a weight row sharing a scale (default 32)");
+  cmd->add_option("--activations", a.activations,
+                  "fp32 (default, exact) or int8: with --weights int8, decode quantizes the activations per block "
+                  "and takes integer dot products (faster, not exact)");
   cmd->callback([block] {
     a.block_given = block->count() > 0;
     run(a);

@@ -1,18 +1,22 @@
 // weight_gemm (kernels/weight_gemm.h): argument checks, the choice between
 // streaming rows (small M) and widened panels fed to gemm (larger M), the
-// thread split, the epilogue, and the portable streaming/widening loops. The
-// AVX-512 loops live in x86/weight_gemm_avx512.cpp, the AVX2 ones in
-// x86/weight_gemm_avx2.cpp.
+// thread split, the epilogue, the quantization of A for int8 activations, and
+// the portable streaming/widening loops. The AVX-512 loops live in
+// x86/weight_gemm_avx512.cpp, the AVX2 ones in x86/weight_gemm_avx2.cpp.
 #include "kernels/weight_gemm.h"
 
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <string>
 
 #include "kernels/gemm_micro.h"
+#include "kernels/generic/multiversion.h"
 #include "kernels/grow_buffer.h"
 #include "kernels/threads.h"
 #include "milrt/dtype.h"
@@ -30,6 +34,18 @@ void widen_rows_avx512(const WeightRef& w, int64_t j0, int64_t j1, float* dst);
 void weight_rows_avx2(const WeightRef& w, int64_t j0, int64_t j1, int M, const float* a, int64_t lda, float* out,
                       int64_t ldo);
 void widen_rows_avx2(const WeightRef& w, int64_t j0, int64_t j1, float* dst);
+// q8 rows [j0, j1) against M <= kStreamMaxM rows of A quantized to int8
+// (ActivationQuant::int8): row i's int8 values at qa + i·ldq (ldq a multiple
+// of 64, zero from k on), its block scales at sa + i·lds (lds a multiple of
+// 16, zero from k / block on); out[i·ldo + (j - j0)] = Σ_b (Σ qa·q) · scale·sa.
+// vpdpbusd on 64-byte chunks (needs avx512_vnni; a block of 4, 8, 16, 32 or a
+// multiple of 64; also reads 128 · Σ qa per block, int32 at sq + i·lds), and
+// vpmaddubsw + vpmaddwd on 32-byte chunks (a block of 4, 8, 16 or a multiple
+// of 32).
+void int8_rows_avx512_vnni(const WeightRef& w, int64_t j0, int64_t j1, int M, const int8_t* qa, int64_t ldq,
+                           const float* sa, const int32_t* sq, int64_t lds, float* out, int64_t ldo);
+void int8_rows_avx2(const WeightRef& w, int64_t j0, int64_t j1, int M, const int8_t* qa, int64_t ldq,
+                    const float* sa, int64_t lds, float* out, int64_t ldo);
 
 namespace {
 
@@ -85,6 +101,24 @@ enum class RowsPath : uint8_t { generic, avx2, avx512 };
 RowsPath rows_path(Isa isa, const WeightRef& w) {
   if (wide(isa)) return avx512_handles(w) ? RowsPath::avx512 : RowsPath::generic;
   if (isa == Isa::avx2 && avx2_handles(w)) return RowsPath::avx2;
+  return RowsPath::generic;
+}
+
+bool int8_activations(const WeightRef& w) {
+  return w.format == WeightFormat::q8 && w.activations == ActivationQuant::int8;
+}
+// The int8 loops reduce each `chunk`-byte vector of products to per-block
+// sums, so a block must fill whole int32 lanes (4 bytes) and either divide the
+// chunk or be made of whole chunks.
+bool int8_fits(const WeightRef& w, int64_t chunk) {
+  return w.block % 4 == 0 && (chunk % w.block == 0 || w.block % chunk == 0);
+}
+// Which int8 rows run: AVX-512 needs VNNI for vpdpbusd; without it (and for
+// multiples of 32 that 64 does not divide) the AVX2 loops run, which every
+// AVX-512 CPU can.
+RowsPath int8_path(Isa isa, const WeightRef& w) {
+  if (wide(isa) && cpu_features().avx512_vnni && int8_fits(w, 64)) return RowsPath::avx512;
+  if ((wide(isa) || isa == Isa::avx2) && int8_fits(w, 32)) return RowsPath::avx2;
   return RowsPath::generic;
 }
 
@@ -144,6 +178,84 @@ void weight_rows_generic(const WeightRef& w, int64_t j0, int64_t j1, int M, cons
     }
 }
 
+// ---- int8 activations ------------------------------------------------------------
+
+// Rows of A quantized per block (weight_gemm.h, ActivationQuant::int8). The
+// same on every path and clone: the block maximum is taken on the bit
+// patterns of |a| (an integer max, which vectorizes; finite floats order like
+// their bits), a / s is one correctly rounded division, and rounding to
+// nearest even goes through 1.5·2^23 (exact below 2^22; the quotient is
+// clamped to ±127 first). Zero padding past k and past the block count lets
+// the SIMD rows load whole vectors of A and of its scales. sq (when not
+// null): 128 · Σ q per block, which the VNNI rows take off their sums.
+MILRT_CLONES void quantize_rows(int64_t M, const float* a, int64_t lda, int64_t K, int64_t block, int8_t* q,
+                                int64_t ldq, float* s, int32_t* sq, int64_t lds) {
+  const int64_t nb = K / block;
+  constexpr float kMagic = 12582912.0f;  // 1.5·2^23
+  for (int64_t i = 0; i < M; ++i) {
+    const float* x = a + i * lda;
+    int8_t* qi = q + i * ldq;
+    float* si = s + i * lds;
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* xb = x + b * block;
+      int8_t* qb = qi + b * block;
+      uint32_t top = 0;
+      for (int64_t t = 0; t < block; ++t) {
+        uint32_t bits;
+        std::memcpy(&bits, xb + t, 4);
+        top = std::max(top, bits & 0x7FFFFFFFu);
+      }
+      float amax;
+      std::memcpy(&amax, &top, 4);
+      const float sc = amax / 127.0f;
+      if (top >= 0x7F800000u || sc == 0.0f) {
+        // inf or NaN: a NaN scale makes the block's results NaN. Zero (or so
+        // small that the scale underflows): the block adds nothing.
+        si[b] = top >= 0x7F800000u ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+        std::fill(qb, qb + block, int8_t(0));
+        if (sq) sq[i * lds + b] = 0;
+        continue;
+      }
+      si[b] = sc;
+      int32_t sum = 0;
+      for (int64_t t = 0; t < block; ++t) {
+        const float r = std::clamp(xb[t] / sc, -127.0f, 127.0f);
+        const int v = int((r + kMagic) - kMagic);
+        qb[t] = int8_t(v);
+        sum += v;
+      }
+      if (sq) sq[i * lds + b] = 128 * sum;
+    }
+    std::fill(qi + K, qi + ldq, int8_t(0));
+    std::fill(si + nb, si + lds, 0.0f);
+    if (sq) std::fill(sq + i * lds + nb, sq + (i + 1) * lds, 0);
+  }
+}
+
+// Per A row, per block: the exact int32 Σ qa·q, times scale · activation
+// scale, added in block order.
+MILRT_CLONES void int8_rows_generic(const WeightRef& w, int64_t j0, int64_t j1, int M, const int8_t* qa,
+                                    int64_t ldq, const float* sa, int64_t lds, float* out, int64_t ldo) {
+  const int64_t block = w.block, nb = w.k / block;
+  for (int64_t j = j0; j < j1; ++j) {
+    const int8_t* row = static_cast<const int8_t*>(w.data) + j * w.ld;
+    const float* sc = w.scales + j * nb;
+    for (int i = 0; i < M; ++i) {
+      const int8_t* x = qa + i * ldq;
+      float v = 0;
+      for (int64_t b = 0; b < nb; ++b) {
+        int32_t sum = 0;
+        for (int64_t t = b * block; t < (b + 1) * block; ++t) sum += int32_t(row[t]) * int32_t(x[t]);
+        v += float(sum) * (sc[b] * sa[i * lds + b]);
+      }
+      out[i * ldo + (j - j0)] = v;
+    }
+  }
+}
+
+// Per-thread quantized A (scales, block sums, int8 rows): allocated once per shape.
+thread_local GrowBuffer t_quantized;
+
 void widen_rows_generic(const WeightRef& w, int64_t j0, int64_t j1, float* dst) {
   const int64_t K = w.k;
   for (int64_t j = j0; j < j1; ++j) {
@@ -182,22 +294,93 @@ void finish(const float* dot, int64_t ldd, int M, int64_t row0, int64_t j0, int6
 
 // ---- streaming path -------------------------------------------------------------
 
+// What one parallel region of `threads` threads costs when the team is idle
+// between products, measured once per thread count: the median of five
+// empty regions, each after 20 us of work on this thread (about the gap
+// between two decode products). With OMP_WAIT_POLICY=passive the workers
+// sleep in the kernel between regions and each region wakes them: measured
+// 40-45 us on the Zen 4 VM (under 1 us when they spin, the default), where a
+// 768 x 768 int8 product takes 30-40 us on one thread.
+double region_seconds(int threads) {
+  constexpr int kMax = 1024;
+  static std::atomic<int64_t> ns[kMax + 1];  // 0: not measured yet
+  threads = std::clamp(threads, 1, kMax);
+  if (int64_t v = ns[threads].load(std::memory_order_relaxed); v > 0) return double(v) * 1e-9;
+  using clock = std::chrono::steady_clock;
+  std::atomic<int> sink{0};
+#pragma omp parallel num_threads(threads)
+  sink.fetch_add(1, std::memory_order_relaxed);  // the team exists before timing
+  double t[5];
+  for (double& s : t) {
+    for (const auto t0 = clock::now(); clock::now() - t0 < std::chrono::microseconds(20);) {
+    }
+    const auto t0 = clock::now();
+#pragma omp parallel num_threads(threads)
+    sink.fetch_add(1, std::memory_order_relaxed);
+    s = std::chrono::duration<double>(clock::now() - t0).count();
+  }
+  std::sort(t, t + 5);
+  ns[threads].store(std::max<int64_t>(1, int64_t(t[2] * 1e9)), std::memory_order_relaxed);
+  return t[2];
+}
+
+// Bytes of W one thread streams per second, roughly (Zen 4, W from DRAM,
+// bench_weight_gemm): enough to tell a product worth a parallel region from
+// one that is not.
+double stream_bytes_per_second(const WeightRef& w, bool int8) {
+  if (int8) return 20e9;
+  return w.format == WeightFormat::q8 ? 8e9 : 14e9;
+}
+
+// Threads for streaming W against M rows: num_threads() split over the
+// blocks of rows, but one when the product is small (kMinParallelMacs) or
+// would take less than two parallel regions on one thread: with t threads it
+// takes T / t + region, so a second thread pays only from T > 2 · region.
+int stream_threads(int64_t M, const WeightRef& w, int64_t blocks, bool int8) {
+  if (double(M) * double(w.n) * double(w.k) < kMinParallelMacs || omp_in_parallel()) return 1;
+  const int threads = int(std::min<int64_t>(num_threads(), blocks));
+  if (threads <= 1) return 1;
+  const double elem = w.format == WeightFormat::f32 ? 4 : w.format == WeightFormat::q8 ? 1 : 2;
+  const double bytes = double(w.n) * double(w.k) * elem;
+  return bytes / stream_bytes_per_second(w, int8) < 2 * region_seconds(threads) ? 1 : threads;
+}
+
 void stream(int64_t M, const float* a, int64_t lda, const WeightRef& w, float* c, int64_t ldc, const Epilogue& ep,
             Isa isa) {
   const int64_t N = w.n;
   const int64_t blocks = (N + kStreamBlock - 1) / kStreamBlock;
-  int threads = 1;
-  if (double(M) * double(N) * double(w.k) >= kMinParallelMacs && !omp_in_parallel()) threads = num_threads();
-  threads = int(std::min<int64_t>(threads, blocks));
-  const RowsPath path = rows_path(isa, w);
+  // Int8 activations: A quantized once here, before the threads split W.
+  const bool int8 = int8_activations(w) && w.k > 0;
+  const int threads = stream_threads(M, w, blocks, int8);
+  const RowsPath path = int8 ? int8_path(isa, w) : rows_path(isa, w);
+  int64_t ldq = 0, lds = 0;
+  const int8_t* qa = nullptr;
+  const float* sa = nullptr;
+  const int32_t* sq = nullptr;
+  if (int8) {
+    ldq = (w.k + 63) / 64 * 64;
+    lds = (w.k / w.block + 15) / 16 * 16;
+    auto* buf = static_cast<std::byte*>(t_quantized.get(size_t(M * (lds * 8 + ldq))));
+    float* s = reinterpret_cast<float*>(buf);
+    int32_t* sums = reinterpret_cast<int32_t*>(buf + M * lds * 4);
+    int8_t* q = reinterpret_cast<int8_t*>(buf + M * lds * 8);
+    quantize_rows(M, a, lda, w.k, w.block, q, ldq, s, path == RowsPath::avx512 ? sums : nullptr, lds);
+    qa = q, sa = s, sq = sums;
+  }
   auto block = [&](int64_t b) {
     const int64_t j0 = b * kStreamBlock, j1 = std::min(N, j0 + kStreamBlock);
     // Not C itself: the residual may be C.
     float dot[kStreamMaxM * kStreamBlock];
     if (w.k == 0) std::fill(dot, dot + M * kStreamBlock, 0.0f);
 #if defined(__x86_64__)
+    else if (int8 && path == RowsPath::avx512)
+      int8_rows_avx512_vnni(w, j0, j1, int(M), qa, ldq, sa, sq, lds, dot, kStreamBlock);
+    else if (int8 && path == RowsPath::avx2) int8_rows_avx2(w, j0, j1, int(M), qa, ldq, sa, lds, dot, kStreamBlock);
+    else if (int8) int8_rows_generic(w, j0, j1, int(M), qa, ldq, sa, lds, dot, kStreamBlock);
     else if (path == RowsPath::avx512) weight_rows_avx512(w, j0, j1, int(M), a, lda, dot, kStreamBlock);
     else if (path == RowsPath::avx2) weight_rows_avx2(w, j0, j1, int(M), a, lda, dot, kStreamBlock);
+#else
+    else if (int8) int8_rows_generic(w, j0, j1, int(M), qa, ldq, sa, lds, dot, kStreamBlock);
 #endif
     else weight_rows_generic(w, j0, j1, int(M), a, lda, dot, kStreamBlock);
     finish(dot, kStreamBlock, int(M), 0, j0, j1, c, ldc, ep);

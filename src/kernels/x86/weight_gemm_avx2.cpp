@@ -3,17 +3,30 @@
 // AVX2+FMA+F16C but no AVX-512 (Zen 1-4 desktops, most laptops). Weights are
 // widened in registers right after the load: fp16 with vcvtph2ps, bf16 by a
 // 16-bit shift into an fp32 word (exact), int8 with vpmovsxbd + vcvtdq2ps
-// (exact). Compiled through the target attribute (no special flags), so any
+// (exact). With int8 activations, q8 rows are multiplied by the quantized A
+// with vpmaddubsw + vpmaddwd instead (also on AVX-512 CPUs without VNNI).
+// Compiled through the target attribute (no special flags), so any
 // inline code from shared headers this file instantiates stays baseline x86-64;
 // only called when the avx2 path is usable (generic/weight_gemm.cpp).
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/weight_gemm.h"
 
 #define MILRT_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+
+
+
+
+
+
+
+
+
 
 namespace milrt::kernels {
 
@@ -219,7 +232,187 @@ MILRT_AVX2 void widen_f(const WeightRef& w, int64_t j0, int64_t j1, float* dst) 
   }
 }
 
+// ---- int8 activations (vpmaddubsw + vpmaddwd) -------------------------------------
+//
+// Laid out as the AVX-512 VNNI loops (x86/weight_gemm_avx512.cpp), with
+// 32-byte chunks and groups of 8 blocks. Without VNNI a chunk takes
+// vpmaddubsw and vpmaddwd by ones (int32 lanes of 4 products). vpmaddubsw
+// sums adjacent products to int16 with saturation, so the VNNI loops' w + 128
+// (pairs up to 2·255·127) cannot be its unsigned operand: |w| is, times the
+// activation negated where w < 0 (pairs at most 2·128·127 = 32512, never
+// saturated). Pairs of vectors are reduced with vphaddd, whose in-lane order
+// a vpermq puts back in block order.
+
+// The int8 helpers are recursive templates called many times per row: forced
+// inline, else GCC leaves the row's last group as out-of-line calls.
+#define MILRT_INLINE __attribute__((always_inline))
+
+struct Int8Row {
+  const int8_t* w;    // the weight row
+  const int8_t* qa;   // A's quantized rows, ldq apart, zero from k on
+  int64_t ldq, k, block;
+};
+
+// Bytes ahead of the chunks being read that are requested early, into L2
+// (one prefetch per 64-byte line): as in the AVX-512 VNNI loops, where 16 KB
+// measured best on Zen 4.
+constexpr int64_t kInt8Ahead = 16384;
+
+// acc[m] += the 8 lanes of chunk [k, k + 32) of the row against A row m;
+// bytes from k + left on count as zero (Masked: the end of the row, read
+// through a zeroed copy as AVX2 has no byte-masked load).
+template <int M, bool Masked>
+MILRT_AVX2 MILRT_INLINE inline void chunk_dp(const Int8Row& r, int64_t k, int64_t left, __m256i* acc) {
+  __m256i w;
+  if constexpr (Masked) {
+    alignas(32) int8_t buf[32] = {};
+    std::memcpy(buf, r.w + k, size_t(std::min<int64_t>(left, 32)));
+    w = _mm256_load_si256(reinterpret_cast<const __m256i*>(buf));
+  } else {
+    w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r.w + k));
+  }
+  if (k % 64 == 0) _mm_prefetch(reinterpret_cast<const char*>(r.w + k) + kInt8Ahead, _MM_HINT_T1);
+  const __m256i aw = _mm256_abs_epi8(w);  // -128 -> 0x80: 128 as the unsigned operand
+  const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 16
+  for (int m = 0; m < M; ++m) {
+    // A is zero-padded to a multiple of 64 bytes: whole loads stay in its buffer.
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r.qa + m * r.ldq + k));
+    const __m256i p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, w));
+    acc[m] = _mm256_add_epi32(acc[m], _mm256_madd_epi16(p16, ones));
+  }
+}
+
+// [x0+x1, x2+x3, x4+x5, x6+x7, y0+y1, ..., y6+y7].
+MILRT_AVX2 MILRT_INLINE inline __m256i pair_sums(__m256i x, __m256i y) {
+  return _mm256_permute4x64_epi64(_mm256_hadd_epi32(x, y), 0xD8);
+}
+
+// Blocks [b0, b0 + Nb) of the row against each A row m: out[m]'s 8 lanes
+// hold 8 / Nb partial sums per block, in block order. Base is the number of
+// blocks one chunk-vector covers (32 / block, or 1 for a multiple of 32).
+template <int Nb, int Base, int M, bool Tail>
+MILRT_AVX2 MILRT_INLINE inline void block_sums(const Int8Row& r, int64_t b0, __m256i* out) {
+  if constexpr (Nb == Base) {
+#pragma GCC unroll 16
+    for (int m = 0; m < M; ++m) out[m] = _mm256_setzero_si256();
+    const int64_t k0 = b0 * r.block;
+    if (Tail && k0 >= r.k) return;
+    if constexpr (Base == 1) {
+      for (int64_t k = k0; k < k0 + r.block; k += 32) chunk_dp<M, false>(r, k, 32, out);
+    } else {
+      if (Tail && r.k - k0 < 32) chunk_dp<M, true>(r, k0, r.k - k0, out);
+      else chunk_dp<M, false>(r, k0, 32, out);
+    }
+  } else {
+    __m256i x[M], y[M];
+    block_sums<Nb / 2, Base, M, Tail>(r, b0, x);
+    block_sums<Nb / 2, Base, M, Tail>(r, b0 + Nb / 2, y);
+#pragma GCC unroll 16
+    for (int m = 0; m < M; ++m) out[m] = pair_sums(x[m], y[m]);
+  }
+}
+
+// Nb blocks from b0 (Nb = 8, or a power of two for the row's last blocks;
+// `count` of them exist, the rest add zero) into acc[m]: the block sums,
+// 8 / Nb lanes a block in block order, are scaled lane by lane by their
+// block's weight scale · activation scale (spread from block order with one
+// vpermps when Nb < 8; the lanes of a block are added in the accumulator).
+// Masked: the group ends in a part of a chunk.
+template <int Nb, int Base, int M, bool Masked>
+MILRT_AVX2 MILRT_INLINE inline void int8_group(const Int8Row& r, const float* sc, int64_t b0, int64_t count,
+                                               const float* sa, int64_t lds, __m256* acc) {
+  __m256i sums[M];
+  block_sums<Nb, Base, M, Masked>(r, b0, sums);
+  constexpr bool whole = Nb == 8 && !Masked;
+  const __m256i have = tail_mask(count);
+  // Whole groups read 8 scales in bounds (A's are padded to a multiple of 16).
+  const __m256 ws = whole ? _mm256_loadu_ps(sc + b0) : _mm256_maskload_ps(sc + b0, have);
+#pragma GCC unroll 16
+  for (int m = 0; m < M; ++m) {
+    const __m256 as = whole ? _mm256_loadu_ps(sa + m * lds + b0) : _mm256_maskload_ps(sa + m * lds + b0, have);
+    __m256 d = _mm256_mul_ps(ws, as);
+    if constexpr (Nb < 8)
+      d = _mm256_permutevar8x32_ps(
+          d, _mm256_srli_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), __builtin_ctz(8 / Nb)));
+    acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[m]), d, acc[m]);
+  }
+}
+
+// The row's last nb - b0 < 8 blocks: halves of a group while whole chunks
+// remain, then a masked chunk for the blocks that only fill part of one.
+template <int Base, int M>
+MILRT_AVX2 MILRT_INLINE inline void int8_tail(const Int8Row& r, const float* sc, int64_t nb, int64_t b0,
+                                              const float* sa, int64_t lds, __m256* acc) {
+  if constexpr (Base <= 4)
+    if (nb - b0 >= 4) int8_group<4, Base, M, false>(r, sc, b0, 4, sa, lds, acc), b0 += 4;
+  if constexpr (Base <= 2)
+    if (nb - b0 >= 2) int8_group<2, Base, M, false>(r, sc, b0, 2, sa, lds, acc), b0 += 2;
+  if constexpr (Base == 1)
+    if (nb - b0 >= 1) int8_group<1, Base, M, false>(r, sc, b0, 1, sa, lds, acc), b0 += 1;
+  if (b0 < nb) int8_group<Base, Base, M, true>(r, sc, b0, nb - b0, sa, lds, acc);
+}
+
+// R weight rows from j, each against the M rows of A, interleaved (their
+// dependency chains are independent); int8_rows takes R = 1.
+template <int Base, int M, int R>
+MILRT_AVX2 MILRT_INLINE inline void int8_rows_r(const WeightRef& w, int64_t j, const int8_t* qa, int64_t ldq,
+                                                const float* sa, int64_t lds, float* out, int64_t ldo, int64_t col) {
+  const int64_t K = w.k, nb = K / w.block;
+  Int8Row r[R];
+  const float* sc[R];
+  __m256 acc[R][M];
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i) {
+    r[i] = Int8Row{static_cast<const int8_t*>(w.data) + (j + i) * w.ld, qa, ldq, K, w.block};
+    sc[i] = w.scales + (j + i) * nb;
+#pragma GCC unroll 16
+    for (int m = 0; m < M; ++m) acc[i][m] = _mm256_setzero_ps();
+  }
+  int64_t b0 = 0;
+  for (; b0 + 8 <= nb; b0 += 8)
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i) int8_group<8, Base, M, false>(r[i], sc[i], b0, 8, sa, lds, acc[i]);
+  if (b0 < nb)
+#pragma GCC unroll 16
+    for (int i = 0; i < R; ++i) int8_tail<Base, M>(r[i], sc[i], nb, b0, sa, lds, acc[i]);
+#pragma GCC unroll 16
+  for (int i = 0; i < R; ++i)
+#pragma GCC unroll 16
+    for (int m = 0; m < M; ++m) out[m * ldo + col + i] = reduce8(acc[i][m]);
+}
+
+template <int Base, int M>
+MILRT_AVX2 void int8_rows(const WeightRef& w, int64_t j0, int64_t j1, const int8_t* qa, int64_t ldq,
+                          const float* sa, int64_t lds, float* out, int64_t ldo) {
+  // One row at a time: with 16 ymm, interleaving rows (as the AVX-512 loops
+  // do) spilled and measured 10-30% slower on Zen 4 (MILRT_ISA=avx2).
+  for (int64_t j = j0; j < j1; ++j) int8_rows_r<Base, M, 1>(w, j, qa, ldq, sa, lds, out, ldo, j - j0);
+}
+
+template <int Base>
+MILRT_AVX2 void int8_rows_m(const WeightRef& w, int64_t j0, int64_t j1, int M, const int8_t* qa, int64_t ldq,
+                            const float* sa, int64_t lds, float* out, int64_t ldo) {
+  switch (M) {
+    case 1: int8_rows<Base, 1>(w, j0, j1, qa, ldq, sa, lds, out, ldo); break;
+    case 2: int8_rows<Base, 2>(w, j0, j1, qa, ldq, sa, lds, out, ldo); break;
+    case 3: int8_rows<Base, 3>(w, j0, j1, qa, ldq, sa, lds, out, ldo); break;
+    default: int8_rows<Base, 4>(w, j0, j1, qa, ldq, sa, lds, out, ldo); break;
+  }
+}
+
 }  // namespace
+
+MILRT_AVX2 void int8_rows_avx2(const WeightRef& w, int64_t j0, int64_t j1, int M, const int8_t* qa, int64_t ldq,
+                               const float* sa, int64_t lds, float* out, int64_t ldo) {
+  // The caller checked that the block is 4, 8, 16 or a multiple of 32.
+  switch (w.block) {
+    case 4: int8_rows_m<8>(w, j0, j1, M, qa, ldq, sa, lds, out, ldo); break;
+    case 8: int8_rows_m<4>(w, j0, j1, M, qa, ldq, sa, lds, out, ldo); break;
+    case 16: int8_rows_m<2>(w, j0, j1, M, qa, ldq, sa, lds, out, ldo); break;
+    default: int8_rows_m<1>(w, j0, j1, M, qa, ldq, sa, lds, out, ldo); break;
+  }
+}
 
 MILRT_AVX2 void weight_rows_avx2(const WeightRef& w, int64_t j0, int64_t j1, int M, const float* a, int64_t lda,
                                  float* out, int64_t ldo) {

@@ -251,6 +251,10 @@ std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering
   if (quantized) {
     if (!one_weight) throw_op_error(op, "an int8 weight must be [N, K] with transpose_y = true and transpose_x = false");
     compact = quantized_weight(op, ctx, w, gl.y_scale_key);
+    if (ctx.int8_activations) {
+      compact->ref.activations = kernels::ActivationQuant::int8;
+      compact->name += ", int8 activations";
+    }
   } else if (w && w->dtype() != DType::FP32 && one_weight && m <= kStreamRows) {
     compact = half_weight(*w, n, k);
   }
