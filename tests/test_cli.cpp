@@ -264,6 +264,27 @@ TEST(CliSmall, UnknownFunctionIsAnError) {
   EXPECT_NE(r.err.find("nonesuch"), std::string::npos) << r.err;
 }
 
+// A multifunction package (the zoo's, converted by coremltools) runs its
+// default function when --function is not given, as Core ML does; the output
+// is compared with PyTorch's.
+TEST(CliSmall, MultifunctionPackageRunsItsDefaultFunction) {
+  const std::string dir = std::string(MILRT_SOURCE_DIR) + "/tests/data/coreml_zoo/multifunction_mlp/";
+  CliResult r = run_cli({"run", dir + "model.mlpackage", "--input", "x=" + dir + "input_x_classify.npy", "--compare",
+                         "y=" + dir + "expected_y_classify.npy", "--tolerance", "1e-4"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("within tolerance"), std::string::npos) << r.out;
+  // The other function is still reachable by name; a wrong name lists the real ones.
+  r = run_cli({"run", dir + "model.mlpackage", "--function", "features", "--input",
+               "x=" + dir + "input_x_features.npy", "--compare", "h=" + dir + "expected_h_features.npy", "--tolerance",
+               "1e-4"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = run_cli({"run", dir + "model.mlpackage", "--function", "main", "--input", "x=" + dir + "input_x_classify.npy"});
+  EXPECT_TRUE(IsOneLineError(r));
+  EXPECT_NE(r.err.find("(functions: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("classify"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("features"), std::string::npos) << r.err;
+}
+
 TEST(CliSmall, CheckPrintsHistogramAndOk) {
   Small s = write_small("cli_check");
   CliResult r = run_cli({"check", s.mil});

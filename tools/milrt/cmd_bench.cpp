@@ -37,7 +37,7 @@ void add_bench(CLI::App& app) {
   add_max_memory_option(*cmd);
   add_plan_options(*cmd);
   add_numerics_option(*cmd);
-  static std::string model, function = "main", vs;
+  static std::string model, function, vs;
   static std::vector<std::string> inputs;
   static int runs = 20;
   static bool json = false;
@@ -45,7 +45,7 @@ void add_bench(CLI::App& app) {
   add_bench_train(*cmd);
   add_bench_generate(*cmd);
   add_bench_kernels(*cmd);
-  cmd->add_option("--function", function, "function to run (default main)");
+  cmd->add_option("--function", function, "function to run (default main, else a package's default function, else the only one)");
   cmd->add_option("--input", inputs, "NAME=FILE.npy (inputs not given are uniform random in [-1, 1])");
   cmd->add_option("--runs", runs, "timed runs (default 20)")->check(CLI::Range(1, 1000000));
   cmd->add_option("--vs", vs, "also time this engine in the same run: reference")->check(CLI::IsMember({"reference"}));
@@ -58,8 +58,8 @@ void add_bench(CLI::App& app) {
     Program p = load_model_cli(model);
     legalize_layout_idioms(p);
     verify(p);
+    function = function_cli(model, p, function);
     const Function* f = p.function(function);
-    if (!f) throw Error(model + ": error: no function '" + function + "'");
     TensorMap in;
     for (auto& spec : inputs) {
       auto eq = spec.find('=');

@@ -60,9 +60,9 @@ void print_ane_partition(const Program& p, const std::string& function) {
 void add_inspect(CLI::App& app) {
   auto* cmd = app.add_subcommand("inspect", "Compile a model and print its plan: kernels, FLOPs, bytes, arena");
   add_load_options(*cmd);
-  static std::string model, function = "main", dot, target = "cpu";
+  static std::string model, function, dot, target = "cpu";
   cmd->add_option("model", model, "a .mlmodelc directory or a .mil file")->required();
-  cmd->add_option("--function", function, "function to compile (default main)");
+  cmd->add_option("--function", function, "function to compile (default main, else a package's default function, else the only one)");
   cmd->add_option("--dot", dot, "also write the plan as a Graphviz graph to this file");
   cmd->add_option("--target", target, "cpu (default: the compiled plan) or ane (the Neural Engine partition: "
                                       "engine programs with their packed I/O, host steps with why)")
@@ -70,7 +70,7 @@ void add_inspect(CLI::App& app) {
   cmd->callback([] {
     Program p = load_model_cli(model);
     verify(p);
-    if (!p.function(function)) throw milrt::Error("no function '" + function + "' in " + model);
+    function = function_cli(model, p, function);
     if (target == "ane") {
       if (!dot.empty()) throw milrt::Error("error: --dot draws the CPU plan, not --target ane");
       print_ane_partition(p, function);

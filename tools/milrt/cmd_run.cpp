@@ -93,11 +93,11 @@ void add_run(CLI::App& app) {
   add_numerics_option(*cmd);
   add_profile_options(*cmd);
   add_plan_options(*cmd);
-  static std::string model, function = "main", out_dir, engine = "compiled";
+  static std::string model, function, out_dir, engine = "compiled";
   static std::vector<std::string> inputs, compares, taps;
   static double tolerance = -1;
   cmd->add_option("model", model, "a .mlmodelc directory or a .mil file")->required();
-  cmd->add_option("--function", function, "function to run (default main)");
+  cmd->add_option("--function", function, "function to run (default main, else a package's default function, else the only one)");
   cmd->add_option("--input", inputs, "NAME=FILE.npy, once per function input");
   cmd->add_option("--output-dir", out_dir, "write each output as DIR/NAME.npy");
   cmd->add_option("--tap", taps, "NAME[,NAME...]: also report intermediate value NAME (an op result, constant or input), "
@@ -127,8 +127,8 @@ void add_run(CLI::App& app) {
     Program p = load_model_cli(model);
     legalize_layout_idioms(p);
     verify(p);
+    function = function_cli(model, p, function);
     const Function* f = p.function(function);
-    if (!f) throw Error(model + ": error: no function '" + function + "'");
     TensorMap in = read_named_npys(inputs, "--input");
     TensorMap expected = read_named_npys(compares, "--compare");
     for (auto& prm : f->params)

@@ -34,6 +34,10 @@ void add_convert(CLI::App& app);  // milrt convert MODEL --out X.mlpackage|X.mlm
 // load with load_model_cli().
 void add_load_options(CLI::App& cmd);
 Program load_model_cli(const std::string& path);
+// The function a command works on: `given` (--function) if not empty, else
+// main, else a package's default function, else the only one. Throws a
+// one-line error naming the functions there are when it does not exist.
+std::string function_cli(const std::string& model, const Program& p, const std::string& given);
 
 // Commands that compile and run a plan (run, bench) take --max-memory BYTES
 // (CompileOptions::max_memory; "512M", "2G", "1.5G", plain bytes; 0: default).

@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "milrt/error.h"
 #include "milrt/mil.h"
+#include "milrt/model_description.h"
 
 namespace milrt::cli {
 namespace {
@@ -29,6 +30,22 @@ void add_load_options(CLI::App& cmd) {
 }
 
 Program load_model_cli(const std::string& path) { return load_model(path, load_options()); }
+
+std::string function_cli(const std::string& model, const Program& p, const std::string& given) {
+  std::string name = given;
+  if (name.empty()) {
+    // As Core ML: a multifunction package runs its default function unless told otherwise.
+    if (!p.function("main") && is_mlpackage(model)) name = load_model_description(model).default_function;
+    if (name.empty() && !p.function("main") && p.functions.size() == 1) name = p.functions[0].name;
+    if (name.empty()) name = "main";
+  }
+  if (!p.function(name)) {
+    std::string names;
+    for (auto& f : p.functions) names += (names.empty() ? "" : ", ") + f.name;
+    throw Error(model + ": error: no function '" + name + "' (functions: " + names + ")");
+  }
+  return name;
+}
 
 void add_max_memory_option(CLI::App& cmd) {
   cmd.add_option("--max-memory", max_memory_text(),
