@@ -4,7 +4,9 @@
 // tolerance. Every model is loaded from its package, verified, compiled (tuning
 // off) and run, and its outputs compared with PyTorch's; the reference executor
 // is compared too. fp16 models also run compiled with CompileOptions::numerics
-// fp16 (every fp16 value rounded as fp16 hardware does).
+// fp16 (every fp16 value rounded as fp16 hardware does). Each package is also
+// written as a .mlmodelc bundle and loaded back; its plan's outputs must be
+// bit-identical to the package's.
 //
 // Error measure (as in the manifests): max|milrt - torch| / max(1, max|torch|)
 // per output. Tolerances (manifest "tolerance", justified in make_zoo.py):
@@ -120,7 +122,8 @@ double scaled_error(const Tensor& got, const Tensor& want) {
 }
 
 // Loads, verifies, compiles and runs the case in `dir` (named `name` in the
-// "[zoo]" lines) on every engine, and compares each output with PyTorch's.
+// "[zoo]" lines) on every engine, from the package and from the .mlmodelc it
+// converts to, and compares each output with PyTorch's.
 void check_case(const fs::path& dir, const std::string& name) {
   ASSERT_TRUE(fs::exists(dir / "manifest.json")) << dir << ": run tools/coreml_zoo/make_zoo.py";
   const Manifest m = read_manifest(dir);
@@ -130,6 +133,15 @@ void check_case(const fs::path& dir, const std::string& name) {
 
   Program p = load_model(pkg);
   verify(p);
+  // The same model as a compiled bundle (what `milrt convert` writes, the
+  // form coremlc gives a package): run below as "compiled-mlmodelc", its
+  // outputs must be bit-identical to the package's. (Its IR differs only in
+  // where the weights lie in the blob file.)
+  const std::string bundle = temp_dir("coreml_zoo") + "/" + name + ".mlmodelc";
+  fs::remove_all(bundle);
+  save_model(p, bundle);
+  Program pc = load_model(bundle);
+  verify(pc);
   if (!m.default_function.empty()) {
     // A multifunction package: its description names the same functions and default.
     const ModelDescription d = load_model_description(pkg);
@@ -152,10 +164,11 @@ void check_case(const fs::path& dir, const std::string& name) {
     CompileOptions co;
     co.tune = CompileOptions::Tune::off;
     co.function = run.function;
-    Plan plan = compile(p, co);
+    Plan plan = compile(p, co), plan_c = compile(pc, co);
     TensorMap ref_states;
     std::vector<Engine> engines = {
         {"compiled", [&](const TensorMap& in) { return plan.run(in); }},
+        {"compiled-mlmodelc", [&](const TensorMap& in) { return plan_c.run(in); }},
         {"reference", [&](const TensorMap& in) { return run_reference(p, run.function, in, ref_states); }},
     };
     Plan plan16;
@@ -171,8 +184,16 @@ void check_case(const fs::path& dir, const std::string& name) {
     for (int s = 0; s < steps; ++s) {
       TensorMap inputs;
       for (const auto& in : run.inputs) inputs[in.name] = read_npy(npy_path(dir, in, s).string());
+      TensorMap from_package;
       for (auto& e : engines) {
         const TensorMap got = e.run(inputs);
+        if (e.label == "compiled") from_package = got;
+        if (e.label == "compiled-mlmodelc")
+          for (const auto& [out_name, t] : got) {
+            ASSERT_TRUE(from_package.count(out_name)) << out_name;
+            EXPECT_TRUE(t.same_bytes(from_package.at(out_name)))
+                << shown << ": output '" << out_name << "' differs between the .mlpackage and the .mlmodelc";
+          }
         for (const auto& out : run.outputs) {
           const Tensor want = read_npy(npy_path(dir, out, s).string());
           auto it = got.find(out.name);
