@@ -457,6 +457,42 @@ TEST_F(MpiTrain, ARankKilledBySigkillEndsTheJob) {
     EXPECT_NO_THROW(llm::load_train_state((dir_ / "run" / "train_state.bin").string()));
 }
 
+// A rank alive but stuck (SIGSTOP: it neither answers nor dies, so mpirun
+// sees nothing wrong): rank 0's collective watchdog ends the job after
+// --comm-timeout seconds with a one-line message naming the collective.
+TEST_F(MpiTrain, AStuckRankEndsTheJobAfterTheCommTimeout) {
+  Proc p = spawn(cat(mpi(2), train({"--steps", "400", "--batch", "4", "--comm-timeout", "2", "--out",
+                                    (dir_ / "run").string()})),
+                 dir_ / "stuck");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (slurp(p.out).find("step 3/400") == std::string::npos && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::vector<pid_t> stuck = ranks_below(p.pid, 1);
+  ASSERT_EQ(stuck.size(), 1u) << "rank 1's process not found";
+  const auto t0 = std::chrono::steady_clock::now();
+  kill(stuck[0], SIGSTOP);
+  Result r = wait_for(p, 60);
+  kill(stuck[0], SIGKILL);  // in case mpirun left it stopped
+  EXPECT_FALSE(r.timed_out) << r.describe();
+  EXPECT_NE(r.exit_code, 0) << r.describe();
+  EXPECT_NE(r.err.find("error: rank 0 of 2: no reply from every rank for"), std::string::npos) << r.describe();
+  EXPECT_NE(r.err.find("--comm-timeout"), std::string::npos) << r.describe();
+  EXPECT_EQ(r.out.find("step 400/400"), std::string::npos) << r.describe();
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(took, 2.0) << "ended before the timeout";
+  EXPECT_LT(took, 45.0);
+}
+
+// The documented default, and a negative timeout refused (no MPI needed).
+TEST(CommTimeout, DefaultIsTenMinutesAndNegativeIsRefused) {
+  EXPECT_THROW(llm::dist::set_collective_timeout(-1), Error);
+  const double before = llm::dist::collective_timeout();
+  EXPECT_EQ(before, 600);
+  llm::dist::set_collective_timeout(5);
+  EXPECT_EQ(llm::dist::collective_timeout(), 5);
+  llm::dist::set_collective_timeout(before);
+}
+
 // run.json's world_size (no MPI needed): written, read back, 1 for a record
 // without it, and a different world size refused by check_same_run in one line.
 TEST(RunRecordWorldSize, RoundTripAndRefusal) {

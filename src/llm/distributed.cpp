@@ -1,9 +1,13 @@
 #include "llm/distributed.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "milrt/error.h"
@@ -27,6 +31,55 @@ bool launched_by_mpirun() {
 
 int g_rank = 0, g_size = 1;
 bool g_initialised = false;
+
+// The collective in progress on the main thread, for the watchdog: its name
+// and when it began (0: none).
+std::atomic<const char*> g_collective{nullptr};
+std::atomic<int64_t> g_collective_since_ns{0};
+std::atomic<double> g_timeout_s{600};
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Ends the process (exit code 2) when a collective outlasts the timeout. It
+// calls no MPI function (the library is initialised for one calling thread):
+// the rank's exit without MPI_Finalize is what makes mpirun end the job.
+void watchdog() {
+  for (;;) {
+    const double limit = g_timeout_s.load();
+    const double poll = limit > 0 ? std::clamp(limit / 20, 0.01, 1.0) : 1.0;
+    std::this_thread::sleep_for(std::chrono::duration<double>(poll));
+    const int64_t since = g_collective_since_ns.load();
+    const char* what = g_collective.load();
+    if (limit <= 0 || since == 0 || what == nullptr) continue;
+    const double waited = double(now_ns() - since) * 1e-9;
+    if (waited <= limit) continue;
+    std::fflush(stdout);
+    std::fprintf(stderr,
+                 "error: rank %d of %d: no reply from every rank for %.0f s in %s: a rank is stuck; ending the job "
+                 "(--comm-timeout sets this limit)\n",
+                 g_rank, g_size, waited, what);
+    std::fflush(stderr);
+    std::_Exit(2);
+  }
+}
+
+// Marks the main thread as inside collective `what` while it lives; the
+// first one starts the watchdog.
+class Collective {
+ public:
+  explicit Collective(const char* what) {
+    static std::once_flag started;
+    std::call_once(started, [] { std::thread(watchdog).detach(); });
+    g_collective.store(what);
+    g_collective_since_ns.store(now_ns());
+  }
+  ~Collective() { g_collective_since_ns.store(0); }
+  Collective(const Collective&) = delete;
+  Collective& operator=(const Collective&) = delete;
+};
 
 #if MILRT_HAVE_MPI
 void check(int rc, const char* what) {
@@ -73,6 +126,12 @@ int init() {
 }
 
 int rank() { return g_rank; }
+
+void set_collective_timeout(double seconds) {
+  if (!(seconds >= 0)) throw Error("the collective timeout must be a number of seconds >= 0");
+  g_timeout_s.store(seconds);
+}
+double collective_timeout() { return g_timeout_s.load(); }
 int world_size() { return g_size; }
 
 void allreduce_mean(float* data, size_t n, size_t bucket_bytes) {
@@ -81,6 +140,7 @@ void allreduce_mean(float* data, size_t n, size_t bucket_bytes) {
   const size_t bucket = std::max<size_t>(1, std::min<size_t>(bucket_bytes / sizeof(float), size_t(std::numeric_limits<int>::max())));
   for (size_t off = 0; off < n; off += bucket) {
     const int count = int(std::min(bucket, n - off));
+    Collective c("MPI_Allreduce");
     check(MPI_Allreduce(MPI_IN_PLACE, data + off, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
   }
   const float inv = 1.0f / float(g_size);
@@ -106,6 +166,7 @@ void reduce_scatter_sum(float* data, size_t shard) {
   // one rank and a scatter (measured 100+ ms for 0.4 MB on a loaded 2-core
   // machine), the general form as recursive halving or a ring (< 1 ms).
   const std::vector<int> counts(size_t(g_size), checked_count(shard, "reduce-scatter"));
+  Collective c("MPI_Reduce_scatter");
   check(MPI_Reduce_scatter(MPI_IN_PLACE, data, counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Reduce_scatter");
 #else
   (void)data, (void)shard;
@@ -116,6 +177,7 @@ void allgather(float* data, size_t shard) {
   if (g_size == 1) return;
 #if MILRT_HAVE_MPI
   const int n = checked_count(shard, "all-gather");
+  Collective c("MPI_Allgather");
   check(MPI_Allgather(MPI_IN_PLACE, n, MPI_FLOAT, data, n, MPI_FLOAT, MPI_COMM_WORLD), "MPI_Allgather");
 #else
   (void)data, (void)shard;
@@ -129,6 +191,7 @@ void gather(const float* shard_data, size_t shard, float* out, int root) {
   }
 #if MILRT_HAVE_MPI
   const int n = checked_count(shard, "gather");
+  Collective c("MPI_Gather");
   check(MPI_Gather(shard_data, n, MPI_FLOAT, out, n, MPI_FLOAT, root, MPI_COMM_WORLD), "MPI_Gather");
 #else
   (void)root;
@@ -138,7 +201,9 @@ void gather(const float* shard_data, size_t shard, float* out, int root) {
 #if MILRT_HAVE_MPI
 namespace {
 void allreduce_doubles(double* data, size_t n, MPI_Op op) {
-  if (g_size > 1) check(MPI_Allreduce(MPI_IN_PLACE, data, int(n), MPI_DOUBLE, op, MPI_COMM_WORLD), "MPI_Allreduce");
+  if (g_size == 1) return;
+  Collective c("MPI_Allreduce");
+  check(MPI_Allreduce(MPI_IN_PLACE, data, int(n), MPI_DOUBLE, op, MPI_COMM_WORLD), "MPI_Allreduce");
 }
 }  // namespace
 void allreduce_sum(double* data, size_t n) { allreduce_doubles(data, n, MPI_SUM); }
@@ -152,6 +217,7 @@ void broadcast(void* data, size_t bytes, int root) {
   if (g_size == 1) return;
 #if MILRT_HAVE_MPI
   const size_t chunk = size_t(1) << 30;
+  Collective c("MPI_Bcast");
   for (size_t off = 0; off < bytes; off += chunk)
     check(MPI_Bcast(static_cast<char*>(data) + off, int(std::min(chunk, bytes - off)), MPI_BYTE, root, MPI_COMM_WORLD),
           "MPI_Bcast");
@@ -163,6 +229,7 @@ void broadcast(void* data, size_t bytes, int root) {
 void barrier() {
   if (g_size == 1) return;
 #if MILRT_HAVE_MPI
+  Collective c("MPI_Barrier");
   check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
 #endif
 }

@@ -51,4 +51,14 @@ void barrier();
 // distributed run (the caller then reports the error as usual).
 bool abort_job(const std::string& message, int code = 2);
 
+// A collective that has not returned after this many seconds ends the job:
+// "error: rank R of N: no reply from every rank for S s in MPI_X ..." on
+// stderr and exit code 2, which makes mpirun end the other ranks. It catches
+// a rank that is alive but stuck (a dead one mpirun notices itself). Timed by
+// a watchdog thread started with the first distributed collective, so the
+// collectives stay MPI's blocking ones. 0 turns it off; default 600 s
+// (rank 0 writing a large checkpoint keeps the others waiting, legitimately).
+void set_collective_timeout(double seconds);
+double collective_timeout();
+
 }  // namespace milrt::llm::dist

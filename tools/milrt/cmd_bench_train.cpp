@@ -31,6 +31,7 @@ void add_bench_train(CLI::App& bench) {
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   cmd->add_option("--zero", zero, "under mpirun: 1 shards the AdamW state over the ranks (ZeRO-1)")
       ->check(CLI::IsMember({0, 1}));
+  add_comm_timeout_option(*cmd);
   cmd->footer("Under mpirun -np N: data parallel, each rank --threads threads; rank 0 prints the global tokens/s "
               "and the communication share.");
   add_profile_options(*cmd);

@@ -278,6 +278,14 @@ void run_seed_layer(Args& a) {
 
 }  // namespace
 
+void add_comm_timeout_option(CLI::App& cmd) {
+  cmd.add_option_function<double>(
+         "--comm-timeout", [](double s) { llm::dist::set_collective_timeout(s); },
+         "under mpirun: end the job when a collective (all-reduce, ...) waits longer than this many seconds for "
+         "the other ranks (a stuck rank); 0: wait forever; default 600")
+      ->check(CLI::NonNegativeNumber);
+}
+
 void run_as_rank(const std::function<void()>& run) {
   // Under mpirun: one rank of a data-parallel job. An error on any rank ends
   // the whole job with its message instead of leaving the others waiting in
@@ -334,6 +342,7 @@ void add_train(CLI::App& app) {
                   "1: under mpirun, shard the AdamW state over the ranks (ZeRO-1: reduce-scatter, update 1/N, all-gather); "
                   "a no-op for one process")
       ->check(CLI::IsMember({0, 1}));
+  add_comm_timeout_option(*cmd);
   cmd->add_option("--emit-mil", a.emit_mil, "write the training program (loss and derived gradients) as MIL and exit");
   // One invocation: everything after parsing.
   auto run = [cmd] {
