@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -216,6 +217,64 @@ TEST_F(MpiTrain, TwoRanksEqualOneProcessWithTheSameBatchesAccum1) {
   expect_same_losses(dir_ / "one" / "losses.csv", dir_ / "two" / "losses.csv", 1e-5);
   EXPECT_LE(max_weight_diff(dir_ / "one" / "checkpoint.bin", dir_ / "two" / "checkpoint.bin"), 1e-5);
   EXPECT_NE(slurp(dir_ / "two" / "run.json").find("\"world_size\": 2"), std::string::npos);
+}
+
+// Two "machines": two network namespaces joined by a veth pair, one rank in
+// each, so the ranks can reach each other only over TCP, as on two hosts.
+// mpirun runs in the first; Open MPI starts the second rank's daemon through
+// an rsh agent (written here) that enters the namespace of the host it is
+// given, where a real cluster would use ssh. The result must equal one
+// process with the same batches, as on one machine. Needs root and `ip netns`
+// (skipped, visibly, where the container does not allow them).
+TEST_F(MpiTrain, TwoHostsOverTcpEqualOneProcess) {
+  if (geteuid() != 0 || (!fs::exists("/usr/sbin/ip") && !fs::exists("/sbin/ip") && !fs::exists("/usr/bin/ip")))
+    GTEST_SKIP() << "two-host test needs root and iproute2's ip (network namespaces)";
+  const std::string tag = std::to_string(getpid() % 100000);
+  const std::string ns[2] = {"milrt" + tag + "a", "milrt" + tag + "b"};
+  const std::string veth[2] = {"mv" + tag + "a", "mv" + tag + "b"};
+  const std::string ip[2] = {"10.77.0.1", "10.77.0.2"};
+  auto sh = [](const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0; };
+  struct Cleanup {
+    std::function<void()> f;
+    ~Cleanup() { f(); }
+  } cleanup{[&] { sh("ip netns del " + ns[0]), sh("ip netns del " + ns[1]); }};
+  if (!sh("ip netns add " + ns[0]) || !sh("ip netns add " + ns[1]))
+    GTEST_SKIP() << "`ip netns add` is not permitted here: two-host test skipped";
+  if (!sh("ip link add " + veth[0] + " type veth peer name " + veth[1]))
+    GTEST_SKIP() << "no veth pairs here (`ip link add ... type veth`): two-host test skipped";
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(sh("ip link set " + veth[i] + " netns " + ns[i]));
+    ASSERT_TRUE(sh("ip -n " + ns[i] + " addr add " + ip[i] + "/24 dev " + veth[i]));
+    ASSERT_TRUE(sh("ip -n " + ns[i] + " link set " + veth[i] + " up"));
+    ASSERT_TRUE(sh("ip -n " + ns[i] + " link set lo up"));
+  }
+  const fs::path agent = dir_ / "netns_rsh", hosts = dir_ / "hosts";
+  {
+    std::ofstream a(agent);
+    a << "#!/bin/sh\n# rsh agent: run \"$@\" on host $1, i.e. in its network namespace\nhost=$1; shift\n"
+      << "case \"$host\" in " << ip[0] << ") ns=" << ns[0] << " ;; " << ip[1] << ") ns=" << ns[1]
+      << " ;; *) echo \"netns_rsh: unknown host $host\" >&2; exit 1 ;; esac\n"
+      << "echo \"$host $ns\" >> " << (dir_ / "agent.log").string() << "\n"
+      << "exec ip netns exec \"$ns\" sh -c \"$*\"\n";
+    std::ofstream h(hosts);
+    h << ip[0] << " slots=1\n" << ip[1] << " slots=1\n";
+  }
+  fs::permissions(agent, fs::perms::owner_all);
+  const std::vector<std::string> common{"--steps", "6", "--batch", "4", "--eval-every", "3"};
+  Result one = run(train(cat(common, {"--accum", "2", "--out", (dir_ / "one").string()})), "one");
+  ASSERT_EQ(one.exit_code, 0) << one.describe();
+  const std::vector<std::string> launch{"/usr/bin/env", "ip", "netns", "exec", ns[0], mpirun_, "--allow-run-as-root",
+                                        "--hostfile", hosts.string(), "-np", "2", "--bind-to", "none",
+                                        "--mca", "plm_rsh_agent", agent.string(), "--mca", "btl", "tcp,self",
+                                        "--mca", "btl_tcp_if_include", "10.77.0.0/24",
+                                        "--mca", "oob_tcp_if_include", "10.77.0.0/24"};
+  Result two = run(cat(launch, train(cat(common, {"--accum", "1", "--out", (dir_ / "two").string()}))), "two", 180);
+  ASSERT_EQ(two.exit_code, 0) << two.describe();
+  // The second rank's daemon was started through the agent, in the other namespace.
+  EXPECT_EQ(slurp(dir_ / "agent.log"), ip[1] + " " + ns[1] + "\n");
+  EXPECT_NE(two.out.find("final weights identical on all 2 ranks"), std::string::npos) << two.describe();
+  expect_same_losses(dir_ / "one" / "losses.csv", dir_ / "two" / "losses.csv", 1e-5);
+  EXPECT_LE(max_weight_diff(dir_ / "one" / "checkpoint.bin", dir_ / "two" / "checkpoint.bin"), 1e-5);
 }
 
 TEST_F(MpiTrain, TwoRanksEqualOneProcessWithTheSameBatchesAccum2) {
@@ -451,10 +510,12 @@ TEST_F(MpiTrain, ARankKilledBySigkillEndsTheJob) {
   EXPECT_EQ(r.out.find("step 400/400"), std::string::npos) << r.describe();
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 45.0);
   // Whatever rank 0 saved last is whole (files are replaced atomically).
-  if (fs::exists(dir_ / "run" / "checkpoint.bin"))
+  if (fs::exists(dir_ / "run" / "checkpoint.bin")) {
     EXPECT_NO_THROW(llm::load_llama2c_checkpoint((dir_ / "run" / "checkpoint.bin").string()));
-  if (fs::exists(dir_ / "run" / "train_state.bin"))
+  }
+  if (fs::exists(dir_ / "run" / "train_state.bin")) {
     EXPECT_NO_THROW(llm::load_train_state((dir_ / "run" / "train_state.bin").string()));
+  }
 }
 
 // A rank alive but stuck (SIGSTOP: it neither answers nor dies, so mpirun
