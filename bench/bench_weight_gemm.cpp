@@ -94,10 +94,28 @@ Stored store(k::WeightFormat f, const std::vector<float>& w, int64_t N, int64_t 
       d = s.q.data(), eb = 1;
       break;
     }
+    case k::WeightFormat::q4: {
+      // Symmetric, scale = max|w| / 7, two values a byte (low nibble first).
+      s.q.assign(w.size() / 2, 0);
+      s.scales.resize(size_t(N * K / kBlock));
+      for (int64_t b = 0; b < N * K / kBlock; ++b) {
+        float m = 0;
+        for (int64_t i = 0; i < kBlock; ++i) m = std::max(m, std::fabs(w[size_t(b * kBlock + i)]));
+        const float sc = m / 7;
+        s.scales[size_t(b)] = sc;
+        for (int64_t i = 0; i < kBlock; ++i) {
+          const int64_t e = b * kBlock + i;
+          const int v = sc > 0 ? int(std::clamp(std::nearbyint(w[size_t(e)] / sc), -8.0f, 7.0f)) : 0;
+          s.q[size_t(e / 2)] = int8_t(uint8_t(s.q[size_t(e / 2)]) | uint8_t((v & 15) << (e % 2 * 4)));
+        }
+      }
+      d = s.q.data(), eb = 1;
+      break;
+    }
   }
-  s.ref = k::WeightRef{f, d, N, K, K, f == k::WeightFormat::q8 ? s.scales.data() : nullptr,
-                       f == k::WeightFormat::q8 ? kBlock : 0};
-  s.bytes = N * K * eb + (f == k::WeightFormat::q8 ? N * K / kBlock * 4 : 0);
+  const bool quant = f == k::WeightFormat::q8 || f == k::WeightFormat::q4;
+  s.ref = k::WeightRef{f, d, N, K, K, quant ? s.scales.data() : nullptr, quant ? kBlock : 0};
+  s.bytes = (f == k::WeightFormat::q4 ? N * K / 2 : N * K * eb) + (quant ? N * K / kBlock * 4 : 0);
   return s;
 }
 
@@ -139,7 +157,11 @@ int main(int argc, char** argv) {
               k::cpu_features_string().c_str(), reps);
   const Shape shapes[] = {{768, 768}, {2048, 768}, {768, 2048}, {32000, 768}};
   const k::WeightFormat formats[] = {k::WeightFormat::f32, k::WeightFormat::f16, k::WeightFormat::bf16,
-                                     k::WeightFormat::q8};
+                                     k::WeightFormat::q8, k::WeightFormat::q4};
+  // The decode rows: the formats, then q8 and q4 again with int8 activations.
+  const k::WeightFormat decoded[] = {k::WeightFormat::f32, k::WeightFormat::f16, k::WeightFormat::bf16,
+                                     k::WeightFormat::q8, k::WeightFormat::q8, k::WeightFormat::q4,
+                                     k::WeightFormat::q4};
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1, 1);
   for (Shape s : shapes) {
@@ -151,21 +173,25 @@ int main(int argc, char** argv) {
       k::set_num_threads(threads);
       std::printf("N %lld K %lld, threads %d\n", (long long)s.n, (long long)s.k, threads);
       // M = 1: weight bytes per second, W cold (from DRAM).
-      for (int fi = -1; fi < 5; ++fi) {
-        const k::WeightFormat f = fi < 0 ? k::WeightFormat::f32 : formats[std::min(fi, 3)];
+      // fi 4 and 6: q8 and q4 with int8 activations.
+      for (int fi = -1; fi < 7; ++fi) {
+        const k::WeightFormat f = fi < 0 ? k::WeightFormat::f32 : decoded[fi];
         Stored one = store(f, w, s.n, s.k);
-        if (fi == 4) one.ref.activations = k::ActivationQuant::int8;
+        if (fi == 4 || fi == 6) one.ref.activations = k::ActivationQuant::int8;
         const k::bench::Timing t = time_runs(reps, true, [&] {
           if (fi < 0)
             k::gemv_rows_f32(s.n, s.k, x.data(), one.f32.data(), s.k, y.data(), {});
           else
             k::weight_gemm(1, x.data(), s.k, one.ref, y.data(), s.n);
         });
-        const char* name = fi < 0 ? "gemv_rows_f32" : fi == 4 ? "q8/int8 act" : k::weight_format_name(f);
+        const char* name = fi < 0    ? "gemv_rows_f32"
+                           : fi == 4 ? "q8/int8 act"
+                           : fi == 6 ? "q4/int8 act"
+                                     : k::weight_format_name(f);
         std::printf("  M=1 %-14s %8.1f us %7.1f GB/s (best %7.1f GB/s)\n", name, t.median * 1e6,
                     one.bytes / t.median / 1e9, one.bytes / t.best / 1e9);
         record("decode", name, 1, s, threads, t.median, one.bytes / t.median / 1e9, "GBps");
-        if (fi >= 0 && fi < 4 && s.n == 2048 && !decode_only) {
+        if (fi >= 0 && fi != 4 && fi != 6 && s.n == 2048 && !decode_only) {
           // Rows of A per call: streaming up to the threshold, panels above.
           std::printf("   M=2..8 time / M=1 time:");
           for (int64_t M = 2; M <= 8; ++M) {

@@ -17,6 +17,7 @@
 #include "llm/generator.h"
 #include "llm/llama_decoder.h"
 #include "milrt/error.h"
+#include "support/logit_compare.h"
 #include "support/random_checkpoint.h"
 #include "support/test_util.h"
 #include "test_cli_util.h"
@@ -31,19 +32,6 @@ using llm::GeneratorOptions;
 using llm::LlamaWeights;
 using llm::WeightStorage;
 constexpr auto kInt8 = CompileOptions::ActivationPrecision::int8;
-
-int32_t argmax(const float* v, int64_t n) { return int32_t(std::max_element(v, v + n) - v); }
-
-double max_abs_diff(const float* a, const float* b, int64_t n) {
-  double m = 0;
-  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(double(a[i]) - double(b[i])));
-  return m;
-}
-
-double range_of(const float* v, int64_t n) {
-  auto [lo, hi] = std::minmax_element(v, v + n);
-  return double(*hi) - double(*lo);
-}
 
 GeneratorOptions int8_options(int64_t block, bool int8_activations) {
   GeneratorOptions o{WeightStorage::int8, block};

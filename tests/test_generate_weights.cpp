@@ -14,6 +14,7 @@
 #include "llm/generator.h"
 #include "llm/llama_decoder.h"
 #include "milrt/error.h"
+#include "support/logit_compare.h"
 #include "support/random_checkpoint.h"
 #include "support/test_util.h"
 #include "test_cli_util.h"
@@ -27,19 +28,6 @@ namespace {
 using llm::GeneratorOptions;
 using llm::LlamaWeights;
 using llm::WeightStorage;
-
-int32_t argmax(const float* v, int64_t n) { return int32_t(std::max_element(v, v + n) - v); }
-
-double max_abs_diff(const float* a, const float* b, int64_t n) {
-  double m = 0;
-  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(double(a[i]) - double(b[i])));
-  return m;
-}
-
-double range_of(const float* v, int64_t n) {
-  auto [lo, hi] = std::minmax_element(v, v + n);
-  return double(*hi) - double(*lo);
-}
 
 struct Format {
   const char* name;
@@ -231,8 +219,8 @@ TEST(WeightsOptions, ParsingAndErrors) {
   EXPECT_EQ(q.weights, WeightStorage::int8);
   EXPECT_EQ(q.block, 64);
   EXPECT_EQ(llm::parse_generator_options("int8").block, 32);
-  expect_error([] { llm::parse_generator_options("bogus"); }, "unknown weight storage 'bogus' (fp32, fp16, bf16, int8)");
-  expect_error([] { llm::parse_generator_options("fp16", 16); }, "block size is for int8 weights, not fp16");
+  expect_error([] { llm::parse_generator_options("bogus"); }, "unknown weight storage 'bogus' (fp32, fp16, bf16, int8, int4)");
+  expect_error([] { llm::parse_generator_options("fp16", 16); }, "block size is for int8 or int4 weights, not fp16");
   expect_error([] { llm::parse_generator_options("int8", 0); }, "must be positive, got 0");
 
   // tiny: dim 64, hidden 172 = 4 · 43.
@@ -291,7 +279,7 @@ TEST(WeightsCli, GenerateWithInt8Weights) {
                        Bad{{"--weights", "int8"}, "int8 block size 32 must divide dim 64 and hidden_dim 172"},
                        Bad{{"--weights", "int8", "--block", "0"}, "must be positive"},
                        Bad{{"--weights", "int8", "--block", "5"}, "int8 block size 5 must divide"},
-                       Bad{{"--weights", "bf16", "--block", "4"}, "block size is for int8 weights, not bf16"}}) {
+                       Bad{{"--weights", "bf16", "--block", "4"}, "block size is for int8 or int4 weights, not bf16"}}) {
     std::vector<std::string> args{"generate", "--checkpoint", ckpt, "--steps", "5"};
     args.insert(args.end(), b.args.begin(), b.args.end());
     r = run_cli(args, 60);

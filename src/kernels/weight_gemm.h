@@ -53,6 +53,19 @@
 // differ only in the order the fp32 block terms are added. Panels (larger M,
 // prefill) ignore the option: their products are exact as with
 // ActivationQuant::none.
+//
+// q4 (signed 4-bit values, two a byte, one fp32 scale per block of a row)
+// halves q8's bytes again and runs q8's loops on the same values, so a q4
+// weight gives the same bits as the q8 weight holding them, on every path,
+// mode and thread count. With int8 activations on avx512_vnni the vpdpbusd
+// rows read the nibbles themselves (each 32-byte load widened in registers
+// to the 64 bytes w + 128: vpmovzxbw, a shift, vpternlogd, a vpshufb table;
+// measured 15-20% faster per weight than q8 there, ~11 GB/s of q4 on one
+// Sapphire Rapids thread). Everything else (fp32 activations, the AVX2 and
+// portable rows, panels) first unpacks 8 weight rows at a time to int8 (16
+// KiB at K = 2048: they stay in L1; AVX-512, AVX2 or portable unpacking,
+// exact on all) and runs the q8 loops on them: unpacking costs about what
+// the halved reads save, so there q4 runs at about q8's speed per weight.
 #pragma once
 #include <cstdint>
 
@@ -63,28 +76,31 @@ namespace milrt::kernels {
 
 // How a weight matrix W [N, K] (B = Wᵀ: the layout of linear's weight and llama2.c's matrices) is stored.
 //  f32: float; f16: IEEE half bits (uint16_t); bf16: bfloat16 bits (uint16_t);
-//  q8: int8 with one fp32 scale per block of a row (symmetric, no offset).
-enum class WeightFormat : uint8_t { f32, f16, bf16, q8 };
-const char* weight_format_name(WeightFormat f);  // "f32", "f16", "bf16", "q8"
+//  q8: int8 with one fp32 scale per block of a row (symmetric, no offset);
+//  q4: signed 4-bit values (-8..7), two a byte along a row (element 2i in the low nibble, 2i + 1 in the
+//      high one), with one fp32 scale per block of a row as q8; ld counts elements and is even.
+enum class WeightFormat : uint8_t { f32, f16, bf16, q8, q4 };
+const char* weight_format_name(WeightFormat f);  // "f32", "f16", "bf16", "q8", "q4"
 
-// How the streaming path multiplies A by a q8 weight.
+// How the streaming path multiplies A by a q8 or q4 weight.
 //  none: fp32 A times the int8 values exactly (the default);
 //  int8: A quantized per block to int8 first, integer dot products (see above).
 enum class ActivationQuant : uint8_t { none, int8 };
 
 struct WeightRef {
   WeightFormat format = WeightFormat::f32;
-  const void* data = nullptr;     // row-major [n, ld]
+  const void* data = nullptr;     // row-major [n, ld] (q4: ld / 2 bytes a row)
   int64_t n = 0, k = 0, ld = 0;   // ld >= k: elements between rows
-  const float* scales = nullptr;  // q8 only: [n, k / block] fp32, row-major
-  int64_t block = 0;              // q8 only: elements of a row sharing one scale; divides k
-  ActivationQuant activations = ActivationQuant::none;  // q8 only; the other formats ignore it
+  const float* scales = nullptr;  // q8, q4 only: [n, k / block] fp32, row-major
+  int64_t block = 0;              // q8, q4 only: elements of a row sharing one scale; divides k (q4: even)
+  ActivationQuant activations = ActivationQuant::none;  // q8, q4 only; the other formats ignore it
 };
 
 // C[M,N] = epilogue(alpha · A[M,K] · Wᵀ) with W's values as stored (f16/bf16 widened exactly; q8 element
 // (j, i) = scales[j·(k/block) + i/block] · q[j·ld + i]); fp32 math: products of fp32 A and the widened weights,
 // accumulated in fp32; for q8 each block's dot product Σ a·q is scaled once (mathematically the same value).
-// With w.activations int8 and M <= 4, q8 rows instead give Σ_blocks (Σ qa·q) · (scale · activation scale),
+// q4 is q8 with q = the signed nibble of element i (byte i / 2 of the row; low nibble for even i).
+// With w.activations int8 and M <= 4, q8 and q4 rows instead give Σ_blocks (Σ qa·q) · (scale · activation scale),
 // where qa is A quantized as described above (not the exact product: A is rounded to 8 bits per block).
 // The result does not depend on the thread count. Never converts the whole W: small M streams W's rows once
 // (decode: memory bound), larger M widens panels of rows into a thread-local fp32 buffer and runs the fp32 GEMM.
@@ -93,8 +109,9 @@ struct WeightRef {
 // epilogue is gemm.h's: C = residual + act(alpha·A·Wᵀ + bias); the residual
 // may be C itself (C += ...). M = 0 or n = 0 does nothing; k = 0 gives
 // epilogue(0). Throws milrt::Error for negative sizes, ld < k, ldc < n, null
-// pointers where elements exist, a q8 block that is not positive or does not
-// divide k, q8 without scales, or a path this CPU cannot run.
+// pointers where elements exist, a q8/q4 block that is not positive or does not
+// divide k, q8/q4 without scales, a q4 block or ld that is odd, or a path this
+// CPU cannot run.
 void weight_gemm(int64_t M, const float* a, int64_t lda, const WeightRef& w, float* c, int64_t ldc,
                  const Epilogue& ep = {}, Isa isa = current_isa());
 

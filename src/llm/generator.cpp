@@ -52,14 +52,16 @@ GeneratorOptions parse_generator_options(const std::string& weights, std::option
                                          const std::string& activations) {
   GeneratorOptions o;
   o.weights = weights == "fp32" ? WeightStorage::inputs : parse_weight_storage(weights);
+  const bool quantized = o.weights == WeightStorage::int8 || o.weights == WeightStorage::int4;
   if (block) {
-    if (o.weights != WeightStorage::int8) throw Error("a block size is for int8 weights, not " + weights);
-    if (*block <= 0) throw Error("the int8 block size must be positive, got " + std::to_string(*block));
+    if (!quantized) throw Error("a block size is for int8 or int4 weights, not " + weights);
+    if (*block <= 0) throw Error("the " + weights + " block size must be positive, got " + std::to_string(*block));
     o.block = *block;
   }
   if (activations == "int8") {
-    if (o.weights != WeightStorage::int8)
-      throw Error("int8 activations need int8 weights (--weights int8), not " + weights + " weights");
+    if (!quantized)
+      throw Error("int8 activations need int8 weights (--weights int8), not " + weights +
+                  " weights (or int4: --weights int4)");
     o.activations = CompileOptions::ActivationPrecision::int8;
   } else if (activations != "fp32") {
     throw Error("unknown activation precision '" + activations + "' (fp32, int8)");
@@ -73,6 +75,7 @@ int64_t decode_weight_bytes(const LlamaConfig& c, WeightStorage storage, int64_t
   int64_t per_matrix_bytes = 4 * matrix;
   if (storage == WeightStorage::fp16 || storage == WeightStorage::bf16) per_matrix_bytes = 2 * matrix;
   if (storage == WeightStorage::int8) per_matrix_bytes = matrix + 4 * (matrix / std::max<int64_t>(block, 1));
+  if (storage == WeightStorage::int4) per_matrix_bytes = matrix / 2 + 4 * (matrix / std::max<int64_t>(block, 1));
   const int64_t fp32_vectors = (2 * c.layers + 1) * c.dim + c.dim;  // gains, one embedding row
   return per_matrix_bytes + 4 * fp32_vectors;
 }
@@ -89,9 +92,11 @@ bool prefill_uses_bf16(WeightStorage storage) { return storage == WeightStorage:
 
 Generator::Generator(LlamaWeights weights, GeneratorOptions options) : cfg_(weights.cfg), opt_(options) {
   check_llama_weights(weights);
-  if (opt_.activations != CompileOptions::ActivationPrecision::exact && opt_.weights != WeightStorage::int8)
+  if (opt_.activations != CompileOptions::ActivationPrecision::exact && opt_.weights != WeightStorage::int8 &&
+      opt_.weights != WeightStorage::int4)
     throw Error(std::string("generate: int8 activations need int8 weights, not ") +
-                (opt_.weights == WeightStorage::inputs ? "fp32" : weight_storage_name(opt_.weights)));
+                (opt_.weights == WeightStorage::inputs ? "fp32" : weight_storage_name(opt_.weights)) +
+                " (or int4 weights)");
   logits_.assign(size_t(cfg_.vocab), 0.0f);
   if (opt_.weights == WeightStorage::inputs) {
     w_ = std::move(weights);

@@ -5,19 +5,19 @@
 // Weights (GeneratorOptions::weights):
 // - inputs (the default): fp32 plan inputs bound to the checkpoint's tensors
 //   (zero copy: every plan reads the checkpoint's memory in place).
-// - fp32, fp16, bf16, int8: the weights become consts of the programs in that
+// - fp32, fp16, bf16, int8, int4: the weights become consts of the programs in that
 //   storage (llama_decoder.h). The stored form is made once, from the decode
 //   program; every prefill program is given those same consts (Tensor copies
 //   share buffers), so decode and prefill plans share one copy, and the
 //   generator drops its fp32 weights once the decode program is built.
-//   fp16/bf16 weights are read exactly (widened to fp32) and int8 as scale·q,
+//   fp16/bf16 weights are read exactly (widened to fp32) and int8/int4 as scale·q,
 //   with fp32 math, so decoding differs from fp32 weights only by the weights'
 //   rounding. bf16 prefill plans compile with
 //   CompileOptions::MatmulPrecision::bf16 (every matrix product of the prompt,
 //   attention included, rounds its operands to bf16 and accumulates in fp32:
 //   vdpbf16ps, about twice the fp32 GEMM rate), which is the point of bf16
 //   prefill; decode stays fp32 math, bound by reading the weights anyway.
-// - int8 with GeneratorOptions::activations int8
+// - int8 or int4 with GeneratorOptions::activations int8
 //   (CompileOptions::ActivationPrecision::int8): products that stream the
 //   weights (decode, and prompts of up to 4 tokens) quantize their
 //   activations to int8 per block and take integer dot products, llama.cpp's
@@ -45,17 +45,17 @@ namespace milrt::llm {
 
 struct GeneratorOptions {
   WeightStorage weights = WeightStorage::inputs;
-  // int8: elements of a weight row sharing one scale; must divide dim and hidden.
+  // int8, int4: elements of a weight row sharing one scale; must divide dim and hidden (int4: even).
   int64_t block = 32;
-  // int8 weights only: how the matrix products meet the activations (exact:
+  // int8 and int4 weights only: how the matrix products meet the activations (exact:
   // fp32 activations; int8: quantized per block, see CompileOptions).
   CompileOptions::ActivationPrecision activations = CompileOptions::ActivationPrecision::exact;
 };
 
 // The options a command line gives: `weights` "fp32" (the checkpoint bound
-// in place: WeightStorage::inputs), "fp16", "bf16" or "int8"; `block` only
-// with int8; `activations` "fp32" (exact, the default) or "int8", the latter
-// only with int8 weights. Throws a one-line Error for anything else.
+// in place: WeightStorage::inputs), "fp16", "bf16", "int8" or "int4"; `block`
+// only with int8 or int4; `activations` "fp32" (exact, the default) or "int8",
+// the latter only with int8 or int4 weights. Throws a one-line Error for anything else.
 GeneratorOptions parse_generator_options(const std::string& weights, std::optional<int64_t> block = std::nullopt,
                                          const std::string& activations = "fp32");
 

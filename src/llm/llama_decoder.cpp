@@ -174,6 +174,11 @@ Value DecoderBuilder::matrix_const(const std::string& name, const Tensor& w) {
       return f_.op("constexpr_blockwise_shift_scale", name,
                    {{"data", f_.constant(name + "_q8", q.data)}, {"scale", f_.constant(name + "_scale", q.scale)}});
     }
+    case WeightStorage::int4: {
+      const BlockQuantized q = quantize_int4_blockwise(w, opt_.block);
+      return f_.op("constexpr_blockwise_shift_scale", name,
+                   {{"data", f_.constant(name + "_q4", q.data)}, {"scale", f_.constant(name + "_scale", q.scale)}});
+    }
     case WeightStorage::inputs: break;
   }
   throw Error("llama decoder: internal: no const storage");
@@ -247,10 +252,14 @@ Program build(const LlamaConfig& cfg, int64_t tokens, const LlamaWeights* w, con
   if (tokens <= 0 || tokens > cfg.seq)
     throw Error("llama decoder: tokens per run must be in 1.." + std::to_string(cfg.seq) +
                 " (the model's context), got " + std::to_string(tokens));
-  if (w && opt.weights == WeightStorage::int8 &&
+  const bool int4 = opt.weights == WeightStorage::int4;
+  if (w && (opt.weights == WeightStorage::int8 || int4) &&
       (opt.block <= 0 || cfg.dim % opt.block != 0 || cfg.hidden % opt.block != 0))
-    throw Error("llama decoder: the int8 block size " + std::to_string(opt.block) + " must divide dim " +
-                std::to_string(cfg.dim) + " and hidden_dim " + std::to_string(cfg.hidden));
+    throw Error(std::string("llama decoder: the ") + weight_storage_name(opt.weights) + " block size " +
+                std::to_string(opt.block) + " must divide dim " + std::to_string(cfg.dim) + " and hidden_dim " +
+                std::to_string(cfg.hidden));
+  if (w && int4 && opt.block % 2 != 0)
+    throw Error("llama decoder: the int4 block size " + std::to_string(opt.block) + " must be even");
   FunctionBuilder f("main");
   DecoderBuilder b(f, cfg, tokens, w, opt);
   f.output(b.build());
@@ -270,9 +279,10 @@ Program build_llama_decoder(const LlamaWeights& w, int64_t tokens, const Decoder
 }
 
 WeightStorage parse_weight_storage(const std::string& s) {
-  for (WeightStorage w : {WeightStorage::fp32, WeightStorage::fp16, WeightStorage::bf16, WeightStorage::int8})
+  for (WeightStorage w :
+       {WeightStorage::fp32, WeightStorage::fp16, WeightStorage::bf16, WeightStorage::int8, WeightStorage::int4})
     if (s == weight_storage_name(w)) return w;
-  throw Error("unknown weight storage '" + s + "' (fp32, fp16, bf16, int8)");
+  throw Error("unknown weight storage '" + s + "' (fp32, fp16, bf16, int8, int4)");
 }
 
 const char* weight_storage_name(WeightStorage s) {
@@ -282,6 +292,7 @@ const char* weight_storage_name(WeightStorage s) {
     case WeightStorage::fp16: return "fp16";
     case WeightStorage::bf16: return "bf16";
     case WeightStorage::int8: return "int8";
+    case WeightStorage::int4: return "int4";
   }
   return "?";
 }

@@ -44,12 +44,13 @@ enum class WeightStorage {
   fp16,    // fp16 consts read by fp32 matmuls, as iOS17 allows (Core ML's usual form)
   bf16,    // bf16 consts read the same way: a milrt extension, Core ML has no bf16
   int8,    // int8 + one fp32 scale per block of a row: constexpr_blockwise_shift_scale
+  int4,    // the same with int4 data (scale = max|w| / 7), packed two a byte by the compiler
 };
 
 struct DecoderOptions {
   WeightStorage weights = WeightStorage::inputs;
-  // int8: consecutive elements of a weight row sharing one scale; must divide
-  // dim and hidden.
+  // int8, int4: consecutive elements of a weight row sharing one scale; must
+  // divide dim and hidden (int4: and be even).
   int64_t block = 32;
   // The KV caches' state dtype. FP16 is what Core ML accepts for states: new
   // keys and values are rounded to fp16 on the way in and widened on the way
@@ -57,7 +58,7 @@ struct DecoderOptions {
   DType cache = DType::FP32;
 };
 
-// "fp32", "fp16", "bf16", "int8" (the const storages; "inputs" is internal).
+// "fp32", "fp16", "bf16", "int8", "int4" (the const storages; "inputs" is internal).
 // Throws Error naming the choices for anything else.
 WeightStorage parse_weight_storage(const std::string& s);
 const char* weight_storage_name(WeightStorage s);

@@ -7,16 +7,21 @@
 
 namespace milrt::llm {
 
-BlockQuantized quantize_int8_blockwise(const Tensor& w, int64_t block) {
+namespace {
+
+// Symmetric blocks of `levels` steps each side: s = max|w| / levels, q =
+// round(w / s) clamped to [lo, levels], in a `dtype` tensor held one byte a value.
+BlockQuantized quantize_blockwise(const Tensor& w, int64_t block, DType dtype, float levels, float lo,
+                                  const char* what) {
   if (w.dtype() != DType::FP32 || w.rank() != 2)
-    throw Error("int8 quantization: expected an fp32 matrix, got " + std::string(dtype_name(w.dtype())) + " " +
-                shape_str(w.shape()));
+    throw Error(std::string(what) + " quantization: expected an fp32 matrix, got " +
+                std::string(dtype_name(w.dtype())) + " " + shape_str(w.shape()));
   const int64_t n = w.shape()[0], k = w.shape()[1];
   if (block <= 0 || k % block != 0)
-    throw Error("int8 quantization: the block size " + std::to_string(block) + " does not divide the row length " +
-                std::to_string(k));
+    throw Error(std::string(what) + " quantization: the block size " + std::to_string(block) +
+                " does not divide the row length " + std::to_string(k));
   const int64_t nb = k / block;
-  BlockQuantized r{Tensor(DType::Int8, {n, k}), Tensor(DType::FP32, {n, nb})};
+  BlockQuantized r{Tensor(dtype, {n, k}), Tensor(DType::FP32, {n, nb})};
   const float* src = w.ptr<float>();
   int8_t* q = r.data.mutable_ptr<int8_t>();
   float* s = r.scale.mutable_ptr<float>();
@@ -24,12 +29,23 @@ BlockQuantized quantize_int8_blockwise(const Tensor& w, int64_t block) {
     const float* x = src + b * block;
     float amax = 0;
     for (int64_t i = 0; i < block; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const float scale = amax / 127.0f;
+    const float scale = amax / levels;
     s[b] = scale;
     for (int64_t i = 0; i < block; ++i)
-      q[b * block + i] = scale == 0 ? 0 : int8_t(std::clamp(std::nearbyint(x[i] / scale), -127.0f, 127.0f));
+      q[b * block + i] = scale == 0 ? 0 : int8_t(std::clamp(std::nearbyint(x[i] / scale), lo, levels));
   }
   return r;
+}
+
+}  // namespace
+
+BlockQuantized quantize_int8_blockwise(const Tensor& w, int64_t block) {
+  return quantize_blockwise(w, block, DType::Int8, 127.0f, -127.0f, "int8");
+}
+
+BlockQuantized quantize_int4_blockwise(const Tensor& w, int64_t block) {
+  if (block % 2 != 0) throw Error("int4 quantization: the block size " + std::to_string(block) + " must be even");
+  return quantize_blockwise(w, block, DType::Int4, 7.0f, -8.0f, "int4");
 }
 
 }  // namespace milrt::llm

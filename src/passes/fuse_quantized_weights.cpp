@@ -1,14 +1,15 @@
-// Pass: keep block-quantized int8 weights compressed for the products that read them.
+// Pass: keep block-quantized int8 and int4 weights compressed for the products that read them.
 //
-//   w = constexpr_blockwise_shift_scale(data = int8 [N, K], scale = [N, K/b])
+//   w = constexpr_blockwise_shift_scale(data = int8 | int4 [N, K], scale = [N, K/b])
 //   z = matmul(x, w, transpose_y = true)       | linear(x, weight = w, bias?)
 //     -> z = milrt_gemm(x, y = data, y_scale = scale, transpose_y = true, bias?)
 //
 // The fused op reads the int8 data and the per-block scales directly (about
-// 1 + 4/b bytes per weight instead of fp32's 4), so the plan never holds the
-// expanded matrix. It runs before fold-constexpr, which would expand it.
+// 1 + 4/b bytes per weight instead of fp32's 4; int4, packed two a byte by
+// the lowering, 0.5 + 4/b), so the plan never holds the expanded matrix. It runs before fold-constexpr, which would expand it.
 //
-// Only the forms the kernel reads are taken: data an int8 constant of rank 2,
+// Only the forms the kernel reads are taken: data an int8 constant of rank 2
+// (or int4 with an even block: the kernel addresses blocks by whole bytes),
 // scale an fp16/fp32 constant with one row per weight row (blocks along K
 // only), no offset or an all-zero one, matmul's x not transposed and its y
 // transposed (y is the [N, K] weight as stored). Everything else (uint8,
@@ -40,10 +41,12 @@ bool readable_quantized(const Op& op, const ValueTable& values) {
   if (op.type != "constexpr_blockwise_shift_scale" || op.outputs.size() != 1) return false;
   const Tensor* data = const_of(op.arg("data"), values);
   const Tensor* scale = const_of(op.arg("scale"), values);
-  if (!data || !scale || data->dtype() != DType::Int8 || data->rank() != 2) return false;
+  if (!data || !scale || (data->dtype() != DType::Int8 && data->dtype() != DType::Int4) || data->rank() != 2)
+    return false;
   if ((scale->dtype() != DType::FP32 && scale->dtype() != DType::FP16) || scale->rank() != 2) return false;
   const int64_t n = data->shape()[0], k = data->shape()[1];
   if (scale->shape()[0] != n || scale->shape()[1] < 1 || k % scale->shape()[1] != 0) return false;
+  if (data->dtype() == DType::Int4 && (k / scale->shape()[1]) % 2 != 0) return false;
   if (op.has("offset")) {
     const Tensor* off = const_of(op.arg("offset"), values);
     if (!off) return false;

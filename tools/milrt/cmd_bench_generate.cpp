@@ -66,10 +66,10 @@ void add_bench_generate(CLI::App& bench) {
   auto* ck = cmd->add_option("--checkpoint", checkpoint, "llama2.c checkpoint");
   auto* cf = cmd->add_option("--config", config, "random weights instead: stories15m | stories110m | stories15m-gqa | tiny");
   ck->excludes(cf);
-  cmd->add_option("--weights", weights, "fp32 (the checkpoint in place), fp16, bf16 or int8");
-  auto* bl = cmd->add_option("--block", block, "int8: elements of a weight row sharing a scale (default 32)");
+  cmd->add_option("--weights", weights, "fp32 (the checkpoint in place), fp16, bf16, int8 or int4");
+  auto* bl = cmd->add_option("--block", block, "int8, int4: elements of a weight row sharing a scale (default 32)");
   cmd->add_option("--activations", activations,
-                  "fp32 (default, exact) or int8: with --weights int8, decode quantizes the activations (not exact)");
+                  "fp32 (default, exact) or int8: with --weights int8 or int4, decode quantizes the activations (not exact)");
   cmd->add_option("--prompt-tokens", prompt_tokens, "prompt length of the prefill (default 256)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
   cmd->add_option("--steps", steps, "decoded tokens after the prompt (default 128)")->check(CLI::Range(int64_t(1), int64_t(1) << 30));
@@ -147,7 +147,9 @@ void add_bench_generate(CLI::App& bench) {
     std::printf("%s, %s weights%s%s: prefill %lld tokens %.1f tok/s; decode %lld tokens after %lld %.1f tok/s, %.1f MB of weights "
                 "a token = %.2f GB/s; compile %.2f s, load %.2f s; RSS %.0f MB compiled, peak %.0f MB; medians of %d, %d thread%s\n",
                 model.c_str(), weights.c_str(),
-                opt.weights == llm::WeightStorage::int8 ? (" (block " + std::to_string(opt.block) + ")").c_str() : "",
+                opt.weights == llm::WeightStorage::int8 || opt.weights == llm::WeightStorage::int4
+                    ? (" (block " + std::to_string(opt.block) + ")").c_str()
+                    : "",
                 activations == "int8" ? ", int8 activations" : "",
                 (long long)prompt_tokens, prefill_tok_s, (long long)steps, (long long)context, decode_tok_s, double(bytes) * 1e-6, gb_s,
                 compile_s, load_s, rss_compiled_mb, max_rss_mb, reps, nt, nt == 1 ? "" : "s");

@@ -5,7 +5,7 @@
 // streams to stdout as it is produced and the speeds go to stderr.
 // --weights picks how the weights are held (generator.h): fp32 binds the
 // checkpoint in place; fp16, bf16 and int8 (blocks of --block) are made from
-// it at load. --activations int8 (with int8 weights only) quantizes the
+// it at load, and int4 the same way. --activations int8 (with int8 or int4 weights only) quantizes the
 // activations of the decode products too: integer dot products, not exact.
 #include <chrono>
 #include <cstdio>
@@ -105,10 +105,11 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--top-p", a.top_p, "nucleus sampling threshold");
   cmd->add_option("--seed", a.seed, "sampling seed (0 = time)");
   cmd->add_option("--threads", a.threads, "threads (default MILRT_THREADS or all cores)");
-  cmd->add_option("--weights", a.weights, "fp32 (the checkpoint in place), fp16, bf16 or int8");
-  auto* block = cmd->add_option("--block", a.block, "int8: elements of a weight row sharing a scale (default 32)");
+  cmd->add_option("--weights", a.weights, "fp32 (the checkpoint in place), fp16, bf16, int8 or int4");
+  auto* block =
+      cmd->add_option("--block", a.block, "int8, int4: elements of a weight row sharing a scale (default 32)");
   cmd->add_option("--activations", a.activations,
-                  "fp32 (default, exact) or int8: with --weights int8, decode quantizes the activations per block "
+                  "fp32 (default, exact) or int8: with --weights int8 or int4, decode quantizes the activations per block "
                   "and takes integer dot products (faster, not exact)");
   cmd->callback([block] {
     a.block_given = block->count() > 0;

@@ -11,7 +11,7 @@
 //
 // A block-quantized weight (made by fuse-quantized-weights):
 //
-//   milrt_gemm(x, y = int8 [N, K], y_scale = [N, K/b], transpose_y = true, ...)
+//   milrt_gemm(x, y = int8 | int4 [N, K], y_scale = [N, K/b], transpose_y = true, ...)
 //
 // multiplies x by the dequantized weight W[j, i] = y_scale[j, i / b] · y[j, i]
 // (constexpr_blockwise_shift_scale without offset, blocks along K only):
@@ -31,8 +31,8 @@ void infer_quantized_product(InferCtx& c) {
   const Type& y = c.type("y");
   const Type& s = c.type("y_scale");
   if (!x.is_tensor() || !is_float(x.dtype)) c.fail("x must be an fp16 or fp32 tensor, got " + x.str());
-  if (!y.is_tensor() || y.dtype != DType::Int8 || y.shape.size() != 2)
-    c.fail("with y_scale, y must be an int8 [N, K] tensor, got " + y.str());
+  if (!y.is_tensor() || (y.dtype != DType::Int8 && y.dtype != DType::Int4) || y.shape.size() != 2)
+    c.fail("with y_scale, y must be an int8 [N, K] tensor (or int4), got " + y.str());
   if (!s.is_tensor() || !is_float(s.dtype) || s.shape.size() != 2)
     c.fail("y_scale must be an fp16 or fp32 [N, K / block] tensor, got " + s.str());
   const auto ty = c.const_bool("transpose_y");

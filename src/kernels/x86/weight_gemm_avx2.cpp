@@ -5,6 +5,7 @@
 // 16-bit shift into an fp32 word (exact), int8 with vpmovsxbd + vcvtdq2ps
 // (exact). With int8 activations, q8 rows are multiplied by the quantized A
 // with vpmaddubsw + vpmaddwd instead (also on AVX-512 CPUs without VNNI).
+// q4 rows are unpacked to int8 here (unpack_q4_avx2) and then run as q8 rows.
 // Compiled through the target attribute (no special flags), so any
 // inline code from shared headers this file instantiates stays baseline x86-64;
 // only called when the avx2 path is usable (generic/weight_gemm.cpp).
@@ -421,6 +422,7 @@ MILRT_AVX2 void weight_rows_avx2(const WeightRef& w, int64_t j0, int64_t j1, int
     case WeightFormat::f16: rows_f<WeightFormat::f16>(w, j0, j1, M, a, lda, out, ldo); break;
     case WeightFormat::bf16: rows_f<WeightFormat::bf16>(w, j0, j1, M, a, lda, out, ldo); break;
     case WeightFormat::q8: rows_f<WeightFormat::q8>(w, j0, j1, M, a, lda, out, ldo); break;
+    case WeightFormat::q4: break;  // unpacked to q8 by the caller
   }
 }
 
@@ -430,6 +432,26 @@ MILRT_AVX2 void widen_rows_avx2(const WeightRef& w, int64_t j0, int64_t j1, floa
     case WeightFormat::f16: widen_f<WeightFormat::f16>(w, j0, j1, dst); break;
     case WeightFormat::bf16: widen_f<WeightFormat::bf16>(w, j0, j1, dst); break;
     case WeightFormat::q8: widen_f<WeightFormat::q8>(w, j0, j1, dst); break;
+    case WeightFormat::q4: break;  // unpacked to q8 by the caller
+  }
+}
+
+// k q4 values (k even) from src into dst as int8: 16 bytes widened to 16-bit
+// words, the high nibble shifted into the word's upper byte, so the bytes
+// come out in element order; (v ^ 8) - 8 sign-extends each nibble. The last
+// bytes that fill no whole step go through the same arithmetic one by one.
+MILRT_AVX2 void unpack_q4_avx2(const uint8_t* src, int64_t k, int8_t* dst) {
+  const int64_t n = k / 2;
+  const __m256i lo = _mm256_set1_epi16(0x000F), hi = _mm256_set1_epi16(0x0F00), eight = _mm256_set1_epi8(8);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+    const __m256i v = _mm256_or_si256(_mm256_and_si256(b, lo), _mm256_and_si256(_mm256_slli_epi16(b, 4), hi));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 2 * i), _mm256_sub_epi8(_mm256_xor_si256(v, eight), eight));
+  }
+  for (; i < n; ++i) {
+    dst[2 * i] = int8_t(((src[i] & 15) ^ 8) - 8);
+    dst[2 * i + 1] = int8_t(((src[i] >> 4) ^ 8) - 8);
   }
 }
 

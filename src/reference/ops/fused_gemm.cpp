@@ -31,7 +31,7 @@ double activate(const std::string& act, double v) {
   return v;
 }
 
-// y_scale: y holds int8 [N, K] and the weight is y_scale[j, i / b] · y[j, i].
+// y_scale: y holds int8 or int4 [N, K] and the weight is y_scale[j, i / b] · y[j, i].
 NdArray dequantized_y(RefCtx& c) {
   NdArray y = c.nd("y");
   if (!c.has("y_scale")) return y;

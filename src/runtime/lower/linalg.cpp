@@ -92,27 +92,53 @@ namespace {
 constexpr int64_t kStreamRows = 4;
 
 // The compact weight a step reads in place: the constant's own tensor (kept
-// alive here) and, for int8, its scales converted to fp32 once.
+// alive here) and, for int8 and int4, its scales converted to fp32 once; int4
+// (held one value a byte) packed two a byte once, here.
 struct CompactWeight {
   Tensor data;
+  std::vector<uint8_t> packed;
   std::vector<float> scales;
   kernels::WeightRef ref;
   std::string name;   // for the kernel name: "bf16 weights", "int8 weights/32"
   double bytes = 0;
 };
 
+// An int4 tensor (one value a byte, -8..7) as q4's bytes: element 2i in the
+// low nibble of byte i. K is even (the block is), so rows stay whole bytes.
+std::vector<uint8_t> pack_int4(const Op& op, const Tensor& w) {
+  const auto* v = static_cast<const int8_t*>(w.data());
+  std::vector<uint8_t> p(size_t(w.numel() / 2));
+  for (size_t i = 0; i < p.size(); ++i) {
+    const int lo = v[2 * i], hi = v[2 * i + 1];
+    if (lo < -8 || lo > 7 || hi < -8 || hi > 7)
+      throw_op_error(op, "an int4 weight holds " + std::to_string(lo < -8 || lo > 7 ? lo : hi) + ", outside -8..7");
+    p[i] = uint8_t((lo & 15) | ((hi & 15) << 4));
+  }
+  return p;
+}
+
 std::shared_ptr<CompactWeight> quantized_weight(const Op& op, LowerCtx& ctx, const Tensor* w, const std::string& key) {
   const Tensor* s = ctx.const_value(op, key);
-  if (!w || !s) throw_op_error(op, "an int8 weight and its '" + key + "' must be compile-time constants to compile");
-  if (w->dtype() != DType::Int8 || w->rank() != 2 || s->rank() != 2 || s->shape()[0] != w->shape()[0] ||
+  if (!w || !s) throw_op_error(op, "a quantized weight and its '" + key + "' must be compile-time constants to compile");
+  const bool int4 = w->dtype() == DType::Int4;
+  if ((w->dtype() != DType::Int8 && !int4) || w->rank() != 2 || s->rank() != 2 || s->shape()[0] != w->shape()[0] ||
       s->shape()[1] < 1 || w->shape()[1] % s->shape()[1] != 0)
-    throw_op_error(op, "'" + key + "' " + shape_str(s->shape()) + " must be [N, K / block] for the int8 weight " +
+    throw_op_error(op, "'" + key + "' " + shape_str(s->shape()) + " must be [N, K / block] for the int8 or int4 weight " +
                            shape_str(w->shape()));
   auto cw = std::make_shared<CompactWeight>();
   cw->data = *w;
   const Tensor s32 = s->dtype() == DType::FP32 ? *s : s->cast(DType::FP32);
   cw->scales.assign(s32.ptr<float>(), s32.ptr<float>() + s32.numel());
   const int64_t n = w->shape()[0], k = w->shape()[1], block = k / s->shape()[1];
+  if (int4) {
+    if (block % 2 != 0)
+      throw_op_error(op, "an int4 weight needs an even block (two values a byte), got " + std::to_string(block));
+    cw->packed = pack_int4(op, *w);
+    cw->ref = {kernels::WeightFormat::q4, cw->packed.data(), n, k, k, cw->scales.data(), block};
+    cw->name = "int4 weights/" + std::to_string(block);
+    cw->bytes = 0.5 * double(w->numel()) + 4.0 * double(s->numel());
+    return cw;
+  }
   cw->ref = {kernels::WeightFormat::q8, cw->data.data(), n, k, k, cw->scales.data(), block};
   cw->name = "int8 weights/" + std::to_string(block);
   cw->bytes = double(w->numel()) + 4.0 * double(s->numel());
@@ -219,7 +245,7 @@ std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering
   // buffer: it may be stored in fewer bytes than the plan's fp32.
   const Tensor* w = ctx.const_value(op, gl.y_key);
   const bool quantized = op.has(gl.y_scale_key);
-  if (quantized && !w) throw_op_error(op, "an int8 weight must be a compile-time constant to compile");
+  if (quantized && !w) throw_op_error(op, "a quantized weight must be a compile-time constant to compile");
   if (w && !quantized && w->dtype() != DType::FP32 && w->dtype() != DType::FP16 && w->dtype() != DType::BF16)
     throw_op_error(op, "a constant weight must be fp32, fp16 or bf16 to compile, got " +
                            std::string(dtype_name(w->dtype())));
@@ -249,7 +275,7 @@ std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering
   std::shared_ptr<CompactWeight> compact;
   const bool one_weight = g.ty && !g.tx && g.y_batches == 1 && g.xoff.size() == 1 && y.shape.size() == 2;
   if (quantized) {
-    if (!one_weight) throw_op_error(op, "an int8 weight must be [N, K] with transpose_y = true and transpose_x = false");
+    if (!one_weight) throw_op_error(op, "a quantized weight must be [N, K] with transpose_y = true and transpose_x = false");
     compact = quantized_weight(op, ctx, w, gl.y_scale_key);
     if (ctx.int8_activations) {
       compact->ref.activations = kernels::ActivationQuant::int8;
