@@ -22,12 +22,15 @@
 #include "kernels/threads.h"
 #include "kernels/weight_gemm.h"
 #include "milrt/error.h"
+#include "support/int8_activation_model.h"
 #include "support/activation_fp64.h"
 
 namespace milrt::kernels {
 namespace {
 
 using test::act64;
+using test::QuantRow;
+using test::quantize_row;
 
 constexpr double kU = 0x1p-24;  // fp32 unit roundoff
 constexpr Isa kAllIsas[] = {Isa::generic, Isa::avx2, Isa::avx512, Isa::amx};
@@ -86,27 +89,6 @@ std::vector<float> randv(size_t n, float range, std::mt19937& rng) {
   std::vector<float> v(n);
   for (auto& x : v) x = u(rng);
   return v;
-}
-
-// One row of A quantized as weight_gemm.h specifies (test_weight_gemm_int8.cpp's
-// model; inputs here are finite): per block s = max|a| / 127 in fp32, q = a / s
-// (fp32 division) clamped to ±127 and rounded to nearest even; s = 0 gives q = 0.
-struct QuantRow {
-  std::vector<int> q;
-  std::vector<float> s;
-};
-QuantRow quantize_row(const float* a, int64_t k, int64_t block) {
-  QuantRow r{std::vector<int>(size_t(k)), std::vector<float>(size_t(k / block))};
-  for (int64_t b = 0; b < k / block; ++b) {
-    float amax = 0;
-    for (int64_t t = 0; t < block; ++t) amax = std::max(amax, std::fabs(a[b * block + t]));
-    const float s = amax / 127.0f;
-    r.s[size_t(b)] = s;
-    if (s == 0) continue;
-    for (int64_t t = 0; t < block; ++t)
-      r.q[size_t(b * block + t)] = int(std::nearbyint(std::clamp(a[b * block + t] / s, -127.0f, 127.0f)));
-  }
-  return r;
 }
 
 // Row j of W against row x of A in fp64, and the sum of the terms' magnitudes:

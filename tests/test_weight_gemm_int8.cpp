@@ -22,6 +22,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/threads.h"
 #include "kernels/weight_gemm.h"
+#include "support/int8_activation_model.h"
 #include "support/activation_fp64.h"
 
 // Every operator new in this test program is counted (a repeated call must allocate nothing).
@@ -31,6 +32,8 @@ namespace milrt::kernels {
 namespace {
 
 using test::act64;
+using test::QuantRow;
+using test::quantize_row;
 
 constexpr double kU = 0x1p-24;  // fp32 unit roundoff
 constexpr Isa kAllIsas[] = {Isa::generic, Isa::avx2, Isa::avx512, Isa::amx};
@@ -79,38 +82,6 @@ std::vector<float> randv(size_t n, float range, std::mt19937& rng) {
   std::vector<float> v(n);
   for (auto& x : v) x = u(rng);
   return v;
-}
-
-// One row of A quantized as weight_gemm.h specifies, written independently of
-// the kernel: per block, s = max|a| / 127 in fp32 (a block with inf or NaN:
-// s = NaN and q = 0; s = 0, from zeros or underflow: q = 0), q = a / s (fp32
-// division) clamped to [-127, 127] and rounded to nearest even.
-struct QuantRow {
-  std::vector<int> q;
-  std::vector<float> s;
-};
-QuantRow quantize_row(const float* a, int64_t k, int64_t block) {
-  QuantRow r{std::vector<int>(size_t(k)), std::vector<float>(size_t(k / block))};
-  for (int64_t b = 0; b < k / block; ++b) {
-    float amax = 0;
-    bool finite = true;
-    for (int64_t t = 0; t < block; ++t) {
-      const float x = a[b * block + t];
-      if (!std::isfinite(x)) finite = false;
-      else amax = std::max(amax, std::fabs(x));
-    }
-    const float s = amax / 127.0f;
-    if (!finite || s == 0) {
-      r.s[size_t(b)] = finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
-      continue;
-    }
-    r.s[size_t(b)] = s;
-    for (int64_t t = 0; t < block; ++t) {
-      const float x = std::clamp(a[b * block + t] / s, -127.0f, 127.0f);
-      r.q[size_t(b * block + t)] = int(std::nearbyint(x));
-    }
-  }
-  return r;
 }
 
 // Σ_b (exact Σ qa·q) · scale · activation scale in fp64, and Σ of the terms' magnitudes.

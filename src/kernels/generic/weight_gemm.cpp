@@ -386,14 +386,20 @@ double region_seconds(int threads) {
   return t[2];
 }
 
-// Bytes of W one thread streams per second, roughly (Zen 4, W from DRAM,
+// Weights one thread streams per second, roughly (Zen 4, W from DRAM,
 // bench_weight_gemm): enough to tell a product worth a parallel region from
-// one that is not.
-double stream_bytes_per_second(const WeightRef& w, bool int8) {
-  // q4: about q8's values per second (unpacking costs what the halved reads save), half the bytes.
-  const double q = w.format == WeightFormat::q4 ? 0.5 : 1;
-  if (int8) return 20e9 * q;
-  return w.format == WeightFormat::q8 || w.format == WeightFormat::q4 ? 8e9 * q : 14e9;
+// one that is not. q4 runs at about q8's values per second (unpacking costs
+// what the halved reads save).
+double stream_values_per_second(const WeightRef& w, bool int8) {
+  if (int8) return 20e9;
+  switch (w.format) {
+    case WeightFormat::q8:
+    case WeightFormat::q4: return 8e9;
+    case WeightFormat::f16:
+    case WeightFormat::bf16: return 7e9;
+    case WeightFormat::f32: return 3.5e9;
+  }
+  return 3.5e9;
 }
 
 // Threads for streaming W against M rows: num_threads() split over the
@@ -404,12 +410,8 @@ int stream_threads(int64_t M, const WeightRef& w, int64_t blocks, bool int8) {
   if (double(M) * double(w.n) * double(w.k) < kMinParallelMacs || omp_in_parallel()) return 1;
   const int threads = int(std::min<int64_t>(num_threads(), blocks));
   if (threads <= 1) return 1;
-  const double elem = w.format == WeightFormat::f32  ? 4
-                     : w.format == WeightFormat::q8 ? 1
-                     : w.format == WeightFormat::q4 ? 0.5
-                                                    : 2;
-  const double bytes = double(w.n) * double(w.k) * elem;
-  return bytes / stream_bytes_per_second(w, int8) < 2 * region_seconds(threads) ? 1 : threads;
+  const double seconds = double(w.n) * double(w.k) / stream_values_per_second(w, int8);
+  return seconds < 2 * region_seconds(threads) ? 1 : threads;
 }
 
 void stream(int64_t M, const float* a, int64_t lda, const WeightRef& w, float* c, int64_t ldc, const Epilogue& ep,
@@ -462,7 +464,6 @@ void stream(int64_t M, const float* a, int64_t lda, const WeightRef& w, float* c
     else rows(w, j0, j1, dot);
     finish(dot, kStreamBlock, int(M), 0, j0, j1, c, ldc, ep);
   };
-  (void)path;
   if (threads <= 1) {
     for (int64_t b = 0; b < blocks; ++b) block(b);
     return;

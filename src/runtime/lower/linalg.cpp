@@ -91,9 +91,9 @@ namespace {
 // more rows amortize packing it for the GEMM.
 constexpr int64_t kStreamRows = 4;
 
-// The compact weight a step reads in place: the constant's own tensor (kept
-// alive here) and, for int8 and int4, its scales converted to fp32 once; int4
-// (held one value a byte) packed two a byte once, here.
+// The compact weight a step reads: the constant's own tensor (kept alive
+// here) or, for int4 (held one value a byte), its values packed two a byte
+// once, here; for int8 and int4 also the scales converted to fp32 once.
 struct CompactWeight {
   Tensor data;
   std::vector<uint8_t> packed;
@@ -126,7 +126,7 @@ std::shared_ptr<CompactWeight> quantized_weight(const Op& op, LowerCtx& ctx, con
     throw_op_error(op, "'" + key + "' " + shape_str(s->shape()) + " must be [N, K / block] for the int8 or int4 weight " +
                            shape_str(w->shape()));
   auto cw = std::make_shared<CompactWeight>();
-  cw->data = *w;
+  if (!int4) cw->data = *w;  // int4 reads only its packed copy: no reference to the one-byte-a-value tensor
   const Tensor s32 = s->dtype() == DType::FP32 ? *s : s->cast(DType::FP32);
   cw->scales.assign(s32.ptr<float>(), s32.ptr<float>() + s32.numel());
   const int64_t n = w->shape()[0], k = w->shape()[1], block = k / s->shape()[1];
