@@ -88,6 +88,35 @@ TEST(CompiledWeightFormats, Int8BlockScalesMatchTheReference) {
   std::printf("[weight formats] int8 plan vs reference: fp32 scales %g, fp16 scales %g\n", worst32, worst16);
 }
 
+// Under matmul_precision bf16, a quantized product of more rows than
+// weight_gemm streams (prefill) runs its panels on the bf16 kernels: the step
+// says so, and the values are the reference's within bf16 rounding of x and
+// of the dequantized weights (2 · 2^-9 relative on sums of |x·w| <= 64:
+// bound 0.26). Rows that stream stay exact, fp32 math (bound 2e-4).
+TEST(CompiledWeightFormats, Int8PanelsTakeBf16MatmulPrecision) {
+  CompileOptions bf16;
+  bf16.matmul_precision = CompileOptions::MatmulPrecision::bf16;
+  double worst_exact = 0, worst_bf16 = 0;
+  for (int64_t rows : {3, 16, 37}) {
+    const std::string what = "rows " + std::to_string(rows);
+    SCOPED_TRACE(what);
+    const Program p = int8_program(rows, 32, DType::FP32, false, uint64_t(rows));
+    std::vector<Plan::StepInfo> steps;
+    const bool panels = rows > 4;
+    const Deviation d = plan_vs_reference(p, panels ? 0.26 : 2e-4, what, &steps, bf16);
+    ASSERT_EQ(steps.size(), 1u);
+    EXPECT_EQ(steps[0].kernel, panels ? "gemm[int8 weights/32][bf16]" : "gemm[int8 weights/32]");
+    (panels ? worst_bf16 : worst_exact) = std::max(panels ? worst_bf16 : worst_exact, d.abs);
+    if (panels) {
+      // Not the exact product: the bf16 kernels ran (exact agrees to ~1e-6).
+      const Deviation exact = plan_vs_reference(p, 2e-4, what + " fp32 math");
+      EXPECT_GT(d.abs, 10 * exact.abs + 1e-5) << what;
+    }
+  }
+  std::printf("[weight formats] int8 under bf16 matmul precision vs reference: streamed %g, panels %g\n", worst_exact,
+              worst_bf16);
+}
+
 // A bias add after the quantized product: the plan computes it either fused
 // into the product or as its own step; the values agree with the reference.
 TEST(CompiledWeightFormats, Int8WithBias) {

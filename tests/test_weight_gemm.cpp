@@ -136,8 +136,23 @@ std::vector<float> randv(size_t n, float range, std::mt19937& rng) {
 // activation's own rounding and the residual add.
 // poison: W's padding (f32/f16/bf16) and A's hold NaN instead, which a
 // masked-off lane multiplied by zero would still carry into a sum.
+// bf16 math (panels only): the reference multiplies A and the weight's fp32
+// values each rounded to bf16 here (nearest, ties to even); their products
+// are exact in fp32, so the same bound holds.
+double bf16_round(double x) {
+  const float f = float(x);
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return x;  // NaN
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  float r;
+  std::memcpy(&r, &u, 4);
+  return r;
+}
+
 void check_case(Isa isa, WeightFormat f, int64_t M, int64_t N, int64_t K, int64_t block, Activation act,
-                std::mt19937& rng, float wrange = 1, float arange = 1, bool poison = false) {
+                std::mt19937& rng, float wrange = 1, float arange = 1, bool poison = false,
+                GemmMath math = GemmMath::fp32) {
   const int64_t ld = K + 3, lda = K + 2, ldc = N + 1;
   Weight w = make_weight(f, N, K, ld, block, wrange, rng);
   std::vector<float> a = randv(size_t(M * lda), arange, rng);
@@ -160,12 +175,16 @@ void check_case(Isa isa, WeightFormat f, int64_t M, int64_t N, int64_t K, int64_
   ep.act = act;
   ep.residual = c.data();
   ep.residual_ld = ldc;
-  weight_gemm(M, a.data(), lda, w.ref(), c.data(), ldc, ep, isa);
+  WeightRef ref = w.ref();
+  ref.math = math;
+  weight_gemm(M, a.data(), lda, ref, c.data(), ldc, ep, isa);
+  const bool bf16 = math == GemmMath::bf16;
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
       double d = 0, mag = 0;
       for (int64_t k = 0; k < K; ++k) {
-        const double p = double(a[size_t(i * lda + k)]) * w.at(j, k);
+        const double av = a[size_t(i * lda + k)], wv = float(w.at(j, k));  // the widened fp32 value
+        const double p = bf16 ? bf16_round(av) * bf16_round(wv) : av * w.at(j, k);
         d += p;
         mag += std::fabs(p);
       }
@@ -204,6 +223,22 @@ TEST(WeightGemm, MatchesFp64EveryFormatShapeAndIsa) {
           for (NK s : kQ8) check_case(isa, f, M, s.n, s.k, s.block, Activation::silu, rng);
         else
           for (NK s : kPlain) check_case(isa, f, M, s.n, s.k, 0, Activation::silu, rng);
+      }
+}
+
+// Prefill under bf16 math: the panels run gemm's bf16 kernels (AMX tiles,
+// vdpbf16ps, or bf16-rounded operands on fp32 FMAs elsewhere), a bf16 weight
+// read as stored.
+TEST(WeightGemm, Bf16MathPanelsMatchFp64OfBf16Operands) {
+  std::mt19937 rng(13);
+  for (Isa isa : usable_isas())
+    for (WeightFormat f : kFormats)
+      for (int64_t M : {5, 17, 64}) {
+        if (f == WeightFormat::q8)
+          for (NK s : kQ8) check_case(isa, f, M, s.n, s.k, s.block, Activation::silu, rng, 1, 1, true, GemmMath::bf16);
+        else
+          for (NK s : kPlain) check_case(isa, f, M, s.n, s.k, 0, Activation::silu, rng, 1, 1, true, GemmMath::bf16);
+        check_case(isa, f, M, 300, 768, 32, Activation::none, rng, 1, 1, false, GemmMath::bf16);
       }
 }
 

@@ -16,8 +16,9 @@
 //    Each output is summed in one fixed order, so the bits do not depend on
 //    the thread count.
 //  - panels (larger M, prefill): a panel of W rows (sized to stay in L2) is
-//    widened into a per-thread fp32 buffer that only grows, and multiplied by
-//    kernels::gemm; panels are spread over threads (or, when there are fewer
+//    widened into a per-thread fp32 buffer that only grows (a bf16 weight
+//    under bf16 math is read as stored), and multiplied by kernels::gemm in
+//    WeightRef::math; panels are spread over threads (or, when there are fewer
 //    panels than threads, gemm spreads each one). gemm's bits do not depend on
 //    the thread count or the N split, so neither do these.
 // Called from inside a parallel region, weight_gemm runs serially.
@@ -94,6 +95,10 @@ struct WeightRef {
   const float* scales = nullptr;  // q8, q4 only: [n, k / block] fp32, row-major
   int64_t block = 0;              // q8, q4 only: elements of a row sharing one scale; divides k (q4: even)
   ActivationQuant activations = ActivationQuant::none;  // q8, q4 only; the other formats ignore it
+  // The panels' product (M > 4, prefill); the streaming rows ignore it. bf16: A and the widened weight
+  // values rounded to bf16 (a bf16 weight as stored; q8/q4's scale·q and f16 rounded once more), sums in
+  // fp32, on gemm's bf16 kernels (AMX or vdpbf16ps where the CPU has them): the matrix units, not fp32 FMAs.
+  GemmMath math = GemmMath::fp32;
 };
 
 // C[M,N] = epilogue(alpha · A[M,K] · Wᵀ) with W's values as stored (f16/bf16 widened exactly; q8 element
@@ -103,7 +108,8 @@ struct WeightRef {
 // With w.activations int8 and M <= 4, q8 and q4 rows instead give Σ_blocks (Σ qa·q) · (scale · activation scale),
 // where qa is A quantized as described above (not the exact product: A is rounded to 8 bits per block).
 // The result does not depend on the thread count. Never converts the whole W: small M streams W's rows once
-// (decode: memory bound), larger M widens panels of rows into a thread-local fp32 buffer and runs the fp32 GEMM.
+// (decode: memory bound), larger M widens panels of rows into a thread-local fp32 buffer and runs gemm on them
+// in w.math (fp32: the exact products above; bf16: see WeightRef::math).
 //
 // A is fp32 row-major [M, lda >= k]; C is fp32 row-major [M, ldc >= n]. The
 // epilogue is gemm.h's: C = residual + act(alpha·A·Wᵀ + bias); the residual

@@ -42,14 +42,14 @@ CompileOptions compile_options(const GeneratorOptions& g) {
 
 CompileOptions prefill_compile_options(const GeneratorOptions& g) {
   CompileOptions o = compile_options(g);
-  if (prefill_uses_bf16(g.weights)) o.matmul_precision = CompileOptions::MatmulPrecision::bf16;
+  if (prefill_uses_bf16(g)) o.matmul_precision = CompileOptions::MatmulPrecision::bf16;
   return o;
 }
 
 }  // namespace
 
 GeneratorOptions parse_generator_options(const std::string& weights, std::optional<int64_t> block,
-                                         const std::string& activations) {
+                                         const std::string& activations, const std::string& prefill_precision) {
   GeneratorOptions o;
   o.weights = weights == "fp32" ? WeightStorage::inputs : parse_weight_storage(weights);
   const bool quantized = o.weights == WeightStorage::int8 || o.weights == WeightStorage::int4;
@@ -66,6 +66,10 @@ GeneratorOptions parse_generator_options(const std::string& weights, std::option
   } else if (activations != "fp32") {
     throw Error("unknown activation precision '" + activations + "' (fp32, int8)");
   }
+  if (prefill_precision == "bf16") o.prefill_precision = CompileOptions::MatmulPrecision::bf16;
+  else if (prefill_precision == "fp32") o.prefill_precision = CompileOptions::MatmulPrecision::fp32;
+  else if (!prefill_precision.empty())
+    throw Error("unknown prefill precision '" + prefill_precision + "' (fp32, bf16)");
   return o;
 }
 
@@ -88,7 +92,10 @@ double prefill_flops(const LlamaConfig& c, int64_t tokens) {
          2 * 2 * double(c.layers) * double(c.dim) * attention_pairs;
 }
 
-bool prefill_uses_bf16(WeightStorage storage) { return storage == WeightStorage::bf16; }
+bool prefill_uses_bf16(const GeneratorOptions& g) {
+  if (g.prefill_precision) return *g.prefill_precision == CompileOptions::MatmulPrecision::bf16;
+  return g.weights == WeightStorage::bf16;
+}
 
 Generator::Generator(LlamaWeights weights, GeneratorOptions options) : cfg_(weights.cfg), opt_(options) {
   check_llama_weights(weights);

@@ -12,7 +12,7 @@
 //   generator drops its fp32 weights once the decode program is built.
 //   fp16/bf16 weights are read exactly (widened to fp32) and int8/int4 as scale·q,
 //   with fp32 math, so decoding differs from fp32 weights only by the weights'
-//   rounding. bf16 prefill plans compile with
+//   rounding. bf16 prefill plans (and any with prefill_precision bf16) compile with
 //   CompileOptions::MatmulPrecision::bf16 (every matrix product of the prompt,
 //   attention included, rounds its operands to bf16 and accumulates in fp32:
 //   vdpbf16ps, about twice the fp32 GEMM rate), which is the point of bf16
@@ -50,14 +50,21 @@ struct GeneratorOptions {
   // int8 and int4 weights only: how the matrix products meet the activations (exact:
   // fp32 activations; int8: quantized per block, see CompileOptions).
   CompileOptions::ActivationPrecision activations = CompileOptions::ActivationPrecision::exact;
+  // The prompt's (prefill's) matrix products: bf16 rounds their operands to bf16 and sums in fp32 on
+  // the bf16 kernels (AMX tiles or vdpbf16ps where the CPU has them), int8 and int4 weights widened
+  // panel by panel and rounded; nullopt: bf16 for bf16 weights, fp32 (exact) for the others.
+  // Decoding is unaffected: it streams the weights with fp32 math.
+  std::optional<CompileOptions::MatmulPrecision> prefill_precision = std::nullopt;
 };
 
 // The options a command line gives: `weights` "fp32" (the checkpoint bound
 // in place: WeightStorage::inputs), "fp16", "bf16", "int8" or "int4"; `block`
 // only with int8 or int4; `activations` "fp32" (exact, the default) or "int8",
-// the latter only with int8 or int4 weights. Throws a one-line Error for anything else.
+// the latter only with int8 or int4 weights; `prefill_precision` "" (the weights' default), "fp32" or
+// "bf16". Throws a one-line Error for anything else.
 GeneratorOptions parse_generator_options(const std::string& weights, std::optional<int64_t> block = std::nullopt,
-                                         const std::string& activations = "fp32");
+                                         const std::string& activations = "fp32",
+                                         const std::string& prefill_precision = "");
 
 // Bytes of weights one decoded token reads in `storage`: every matrix (the
 // classifier included) once, the RMSNorm gains and one embedding row;
@@ -70,9 +77,9 @@ int64_t decode_weight_bytes(const LlamaConfig& cfg, WeightStorage storage, int64
 // its logits only), and causal attention's two products (query i against
 // keys 0..i). The masked-out keys the kernels also touch are not counted.
 double prefill_flops(const LlamaConfig& cfg, int64_t tokens);
-// Whether a prefill in `storage` multiplies in bf16 (prefill_compile_options:
-// bf16 weights), else in fp32: which machine peak it is measured against.
-bool prefill_uses_bf16(WeightStorage storage);
+// Whether a prefill with these options multiplies in bf16 (the option, or by
+// default bf16 weights), else in fp32: which machine peak it is measured against.
+bool prefill_uses_bf16(const GeneratorOptions& g);
 
 class Generator {
  public:

@@ -58,7 +58,7 @@ std::string json_str(const std::string& s) {
 
 void add_bench_generate(CLI::App& bench) {
   auto* cmd = bench.add_subcommand("generate", "Prefill and decode tok/s of the KV-cache generator");
-  static std::string checkpoint, config, weights = "fp32", activations = "fp32";
+  static std::string checkpoint, config, weights = "fp32", activations = "fp32", prefill_precision;
   static int64_t block = 32, prompt_tokens = 256, steps = 128;
   static int reps = 3, threads = 0;
   static uint64_t seed = 1;
@@ -70,6 +70,8 @@ void add_bench_generate(CLI::App& bench) {
   auto* bl = cmd->add_option("--block", block, "int8, int4: elements of a weight row sharing a scale (default 32)");
   cmd->add_option("--activations", activations,
                   "fp32 (default, exact) or int8: with --weights int8 or int4, decode quantizes the activations (not exact)");
+  cmd->add_option("--prefill-precision", prefill_precision,
+                  "the prompt's matrix products: fp32 or bf16 (default bf16 with --weights bf16, else fp32)");
   cmd->add_option("--prompt-tokens", prompt_tokens, "prompt length of the prefill (default 256)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
   cmd->add_option("--steps", steps, "decoded tokens after the prompt (default 128)")->check(CLI::Range(int64_t(1), int64_t(1) << 30));
@@ -80,7 +82,8 @@ void add_bench_generate(CLI::App& bench) {
   cmd->callback([bl] {
     if (checkpoint.empty() == config.empty()) throw Error("bench generate: give --checkpoint FILE or --config NAME");
     const llm::GeneratorOptions opt =
-        llm::parse_generator_options(weights, bl->count() ? std::optional<int64_t>(block) : std::nullopt, activations);
+        llm::parse_generator_options(weights, bl->count() ? std::optional<int64_t>(block) : std::nullopt, activations,
+                                     prefill_precision);
     if (threads > 0) kernels::set_num_threads(threads);
 
     auto t_load = std::chrono::steady_clock::now();
@@ -135,7 +138,7 @@ void add_bench_generate(CLI::App& bench) {
     const int nt_run = kernels::num_threads();
     const double read_gbs = kernels::measure_read_bandwidth_gbs(nt_run);
     const kernels::PeakKind peak_kind =
-        llm::prefill_uses_bf16(opt.weights) ? kernels::bf16_peak_kind() : kernels::PeakKind::fp32_fma;
+        llm::prefill_uses_bf16(opt) ? kernels::bf16_peak_kind() : kernels::PeakKind::fp32_fma;
     const double peak_gflops = kernels::measure_peak_gflops(peak_kind, nt_run);
     const double prefill_gflops = llm::prefill_flops(cfg, prompt_tokens) / median(prefill_s) * 1e-9;
     struct rusage ru {};
@@ -144,13 +147,14 @@ void add_bench_generate(CLI::App& bench) {
     const std::string model = checkpoint.empty() ? config : checkpoint;
     const int nt = kernels::num_threads();
 
-    std::printf("%s, %s weights%s%s: prefill %lld tokens %.1f tok/s; decode %lld tokens after %lld %.1f tok/s, %.1f MB of weights "
+    const char* prefill_math = llm::prefill_uses_bf16(opt) ? "bf16" : "fp32";
+    std::printf("%s, %s weights%s%s, %s prefill: prefill %lld tokens %.1f tok/s; decode %lld tokens after %lld %.1f tok/s, %.1f MB of weights "
                 "a token = %.2f GB/s; compile %.2f s, load %.2f s; RSS %.0f MB compiled, peak %.0f MB; medians of %d, %d thread%s\n",
                 model.c_str(), weights.c_str(),
                 opt.weights == llm::WeightStorage::int8 || opt.weights == llm::WeightStorage::int4
                     ? (" (block " + std::to_string(opt.block) + ")").c_str()
                     : "",
-                activations == "int8" ? ", int8 activations" : "",
+                activations == "int8" ? ", int8 activations" : "", prefill_math,
                 (long long)prompt_tokens, prefill_tok_s, (long long)steps, (long long)context, decode_tok_s, double(bytes) * 1e-6, gb_s,
                 compile_s, load_s, rss_compiled_mb, max_rss_mb, reps, nt, nt == 1 ? "" : "s");
     std::printf("  decode %.2f GB/s = %.0f%% of the measured read bandwidth %.1f GB/s; prefill %.1f GFLOP/s = %.1f%% of the "
@@ -158,13 +162,13 @@ void add_bench_generate(CLI::App& bench) {
                 gb_s, 100 * gb_s / read_gbs, read_gbs, prefill_gflops, 100 * prefill_gflops / peak_gflops,
                 kernels::peak_kind_name(peak_kind), peak_gflops);
     if (json)
-      std::printf("{\"model\": %s, \"weights\": \"%s\", \"activations\": \"%s\", \"block\": %lld, \"threads\": %d, \"prompt_tokens\": %lld, "
+      std::printf("{\"model\": %s, \"weights\": \"%s\", \"activations\": \"%s\", \"prefill_precision\": \"%s\", \"block\": %lld, \"threads\": %d, \"prompt_tokens\": %lld, "
                   "\"steps\": %lld, \"decode_context\": %lld, \"reps\": %d, \"prefill_tok_s\": %.3f, \"prefill_ms\": %.4f, \"decode_tok_s\": %.3f, "
                   "\"decode_ms_per_token\": %.4f, \"weight_bytes_per_token\": %lld, \"decode_gb_s\": %.3f, "
                   "\"compile_s\": %.4f, \"load_s\": %.4f, \"rss_compiled_mb\": %.1f, \"max_rss_mb\": %.1f, "
                   "\"read_bandwidth_gb_s\": %.3f, \"decode_bandwidth_fraction\": %.4f, \"prefill_gflops\": %.3f, "
                   "\"peak_kind\": \"%s\", \"peak_gflops\": %.3f, \"prefill_peak_fraction\": %.4f}\n",
-                  json_str(model).c_str(), weights.c_str(), activations.c_str(), (long long)opt.block, nt, (long long)prompt_tokens,
+                  json_str(model).c_str(), weights.c_str(), activations.c_str(), prefill_math, (long long)opt.block, nt, (long long)prompt_tokens,
                   (long long)steps, (long long)context, reps, prefill_tok_s, median(prefill_s) * 1e3, decode_tok_s, 1e3 / decode_tok_s,
                   (long long)bytes, gb_s, compile_s, load_s, rss_compiled_mb, max_rss_mb, read_gbs, gb_s / read_gbs,
                   prefill_gflops, kernels::peak_kind_name(peak_kind), peak_gflops, prefill_gflops / peak_gflops);

@@ -28,7 +28,7 @@ struct Args {
   double temperature = 1.0, top_p = 0.9;
   uint64_t seed = 0;
   int threads = 0;
-  std::string weights = "fp32", activations = "fp32";
+  std::string weights = "fp32", activations = "fp32", prefill_precision;
   int64_t block = 32;
   bool block_given = false;
 };
@@ -41,7 +41,7 @@ void run(const Args& a) {
   if (a.threads > 0) kernels::set_num_threads(a.threads);
   const llm::GeneratorOptions gopt =
       llm::parse_generator_options(a.weights, a.block_given ? std::optional<int64_t>(a.block) : std::nullopt,
-                                   a.activations);
+                                   a.activations, a.prefill_precision);
   llm::LlamaWeights w = llm::load_llama2c_checkpoint(a.checkpoint);
   const llm::LlamaConfig cfg = w.cfg;
   // Without --tokenizer: the byte-level vocabulary `milrt train` uses by default.
@@ -111,6 +111,9 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--activations", a.activations,
                   "fp32 (default, exact) or int8: with --weights int8 or int4, decode quantizes the activations per block "
                   "and takes integer dot products (faster, not exact)");
+  cmd->add_option("--prefill-precision", a.prefill_precision,
+                  "the prompt's matrix products: fp32 (exact) or bf16 (operands rounded to bf16, on AMX or "
+                  "avx512_bf16 where present); default bf16 with --weights bf16, else fp32");
   cmd->callback([block] {
     a.block_given = block->count() > 0;
     run(a);

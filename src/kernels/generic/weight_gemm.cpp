@@ -499,15 +499,21 @@ void panels(int64_t M, const float* a, int64_t lda, const WeightRef& w, float* c
   // panels hold the same bits whichever loop wrote them.
   auto panel = [&](int64_t p) {
     const int64_t j0 = p * rows, j1 = std::min(N, j0 + rows);
-    float* buf = t_panel.get_as<float>(size_t(rows * K));
-    if (w.format == WeightFormat::q4)
-      for_unpacked(w, j0, j1, isa, [&](const WeightRef& v, int64_t j) { widen(v, 0, v.n, buf + (j - j0) * K, isa); });
-    else widen(w, j0, j1, buf, isa);
+    MatrixRef b;
+    if (w.math == GemmMath::bf16 && w.format == WeightFormat::bf16) {
+      // gemm packs bf16 B as stored: nothing to widen.
+      b = MatrixRef{static_cast<const uint16_t*>(w.data) + j0 * w.ld, ElemType::bf16, w.ld, true};
+    } else {
+      float* buf = t_panel.get_as<float>(size_t(rows * K));
+      if (w.format == WeightFormat::q4)
+        for_unpacked(w, j0, j1, isa, [&](const WeightRef& v, int64_t j) { widen(v, 0, v.n, buf + (j - j0) * K, isa); });
+      else widen(w, j0, j1, buf, isa);
+      b = MatrixRef{buf, ElemType::f32, K, true};
+    }
     Epilogue e = ep;
     if (e.bias) e.bias += j0;
     if (e.residual) e.residual = static_cast<const std::byte*>(e.residual) + j0 * elem_bytes(e.residual_type);
-    gemm(M, j1 - j0, K, MatrixRef{a, ElemType::f32, lda}, MatrixRef{buf, ElemType::f32, K, true},
-         OutputRef{c + j0, ElemType::f32, ldc}, e, GemmMath::fp32, isa);
+    gemm(M, j1 - j0, K, MatrixRef{a, ElemType::f32, lda}, b, OutputRef{c + j0, ElemType::f32, ldc}, e, w.math, isa);
   };
   // gemm's sums do not depend on how N is split or on its threads, so either
   // split gives the same bits: panels over threads when there are enough of

@@ -277,6 +277,9 @@ std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering
   if (quantized) {
     if (!one_weight) throw_op_error(op, "a quantized weight must be [N, K] with transpose_y = true and transpose_x = false");
     compact = quantized_weight(op, ctx, w, gl.y_scale_key);
+    // Prefill's rows (more than weight_gemm streams) on the bf16 kernels
+    // (AMX where present) under matmul_precision bf16, as every other GEMM.
+    compact->ref.math = math;
     if (ctx.int8_activations) {
       compact->ref.activations = kernels::ActivationQuant::int8;
       compact->name += ", int8 activations";
@@ -349,7 +352,8 @@ std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering
                        : packed || (onednn && w)           ? "gemm[B packed]"
                        : stable                            ? "gemm[B packed per change]"
                                                            : "gemm";
-  if (ctx.bf16_matmuls && !compact) kernel += "[bf16]";
+  // A compact weight's product is bf16 only where weight_gemm runs panels.
+  if (ctx.bf16_matmuls && (!compact || (quantized && m > kStreamRows))) kernel += "[bf16]";
   if (onednn) kernel += "[onednn]";
   if (gl.alpha != 1) kernel += "+alpha";
   if (ib >= 0) kernel += "+bias";
