@@ -26,7 +26,7 @@ def _path(p):
 
 
 def generate(checkpoint, prompt="", steps=256, temperature=1.0, top_p=0.9, seed=None, tokenizer=None,
-             weights="fp32", block=None, echo=False, threads=None):
+             weights="fp32", block=None, activations="fp32", prefill_precision=None, echo=False, threads=None):
     """Yields the text generated from a llama2.c checkpoint (version 0 or 1),
     one decoded piece per token, with the KV-cache decoder: ``milrt generate``'s
     loop (run.c's), so ``"".join(generate(...))`` is what the CLI prints after
@@ -38,7 +38,11 @@ def generate(checkpoint, prompt="", steps=256, temperature=1.0, top_p=0.9, seed=
     by ``seed`` (None or 0: the time). Generation stops at BOS. tokenizer: a
     llama2.c tokenizer.bin; None: bytes (vocabulary 259, as ``train``
     writes). weights: "fp32" (the checkpoint in place), "fp16", "bf16" or
-    "int8" (blocks of ``block`` elements a scale). echo: yield the prompt's
+    "int8" or "int4" (blocks of ``block`` elements a scale). activations:
+    "fp32" (exact) or "int8" (int8/int4 weights only: decode takes integer
+    dot products, not exact). prefill_precision: the prompt's matrix
+    products, "fp32" (exact) or "bf16" (on AMX or avx512_bf16 where present);
+    None: bf16 for bf16 weights, else fp32. echo: yield the prompt's
     pieces first. threads: kernel threads while it computes (default
     MILRT_THREADS, else every CPU).
 
@@ -47,7 +51,8 @@ def generate(checkpoint, prompt="", steps=256, temperature=1.0, top_p=0.9, seed=
     """
     gen = _llm.Generation(_path(checkpoint), str(prompt), int(steps), float(temperature), float(top_p),
                           None if seed is None else int(seed), _path(tokenizer), str(weights),
-                          None if block is None else int(block), bool(echo), threads)
+                          None if block is None else int(block), str(activations),
+                          "" if prefill_precision is None else str(prefill_precision), bool(echo), threads)
     return _pieces(gen)
 
 

@@ -101,6 +101,15 @@ def test_generate_sampling_seeded(trained):
     # past seq_len clamp to it).
     g = milrt.llm.generate(ckpt, prompt="", steps=1000, temperature=0, weights="int8", block=4)
     assert len("".join(g)) <= 64
+    # int4 weights with int8 activations and a bf16 prompt: the greedy text
+    # of an approximation, so only its shape is checked; bad values refused.
+    g = milrt.llm.generate(ckpt, prompt="a dog", steps=24, temperature=0, weights="int4", block=4,
+                           activations="int8", prefill_precision="bf16")
+    assert 0 < len("".join(g)) <= 24
+    with pytest.raises(milrt.Error, match="unknown prefill precision 'fp16'"):
+        milrt.llm.generate(ckpt, weights="int8", block=4, prefill_precision="fp16")
+    with pytest.raises(milrt.Error, match="int8 activations need int8 weights"):
+        milrt.llm.generate(ckpt, activations="int8")
     with pytest.raises(milrt.Error):
         milrt.llm.generate(ckpt, weights="fp8")
     with pytest.raises(milrt.Error):
