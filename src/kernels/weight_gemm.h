@@ -101,6 +101,13 @@ struct WeightRef {
   GemmMath math = GemmMath::fp32;
 };
 
+// Up to this many rows of A, weight_gemm streams W's rows as stored (each read once for all rows: decode is
+// bound by weight bytes) and ignores WeightRef::math; above it, panels of W go through gemm. The crossing point
+// was measured with bench/bench_weight_gemm.cpp (rerun `build/bench_weight_gemm` to check it on a new CPU).
+// Lowering uses it to decide when a compact weight is worth packing for the GEMM instead.
+inline constexpr int64_t kWeightStreamMaxRows = 4;
+inline constexpr bool weight_gemm_streams(int64_t M) { return M <= kWeightStreamMaxRows; }
+
 // C[M,N] = epilogue(alpha · A[M,K] · Wᵀ) with W's values as stored (f16/bf16 widened exactly; q8 element
 // (j, i) = scales[j·(k/block) + i/block] · q[j·ld + i]); fp32 math: products of fp32 A and the widened weights,
 // accumulated in fp32; for q8 each block's dot product Σ a·q is scaled once (mathematically the same value).

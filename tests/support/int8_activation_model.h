@@ -18,7 +18,7 @@ struct QuantRow {
   std::vector<int> q;
   std::vector<float> s;
 };
-QuantRow quantize_row(const float* a, int64_t k, int64_t block) {
+inline QuantRow quantize_row(const float* a, int64_t k, int64_t block) {
   QuantRow r{std::vector<int>(size_t(k)), std::vector<float>(size_t(k / block))};
   for (int64_t b = 0; b < k / block; ++b) {
     float amax = 0;

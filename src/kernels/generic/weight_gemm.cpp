@@ -52,11 +52,7 @@ void unpack_q4_avx2(const uint8_t* src, int64_t k, int8_t* dst);
 
 namespace {
 
-// Up to this many rows of A stream W (each weight row is read once for all of
-// them); above it, panels go through the fp32 GEMM. The crossing point
-// measured with bench/bench_weight_gemm.cpp (rerun it to check it on a new
-// CPU: `build/bench_weight_gemm`).
-constexpr int64_t kStreamMaxM = 4;
+constexpr int64_t kStreamMaxM = kWeightStreamMaxRows;  // see weight_gemm.h
 // Weight rows per streaming task: a thread's rows stay contiguous in memory.
 constexpr int64_t kStreamBlock = 64;
 // Below this many multiply-adds a parallel region costs more than it saves.

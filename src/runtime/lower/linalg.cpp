@@ -82,15 +82,6 @@ GemmShape gemm_shape(const Op& op, Shape xs, Shape ys, bool tx, bool ty) {
   return g;
 }
 
-}  // namespace
-
-namespace {
-
-// At most this many rows of A in all: a constant bf16/fp16 weight is read
-// in place by weight_gemm's streaming path (decode is bound by weight bytes);
-// more rows amortize packing it for the GEMM.
-constexpr int64_t kStreamRows = 4;
-
 // The compact weight a step reads: the constant's own tensor (kept alive
 // here) or, for int4 (held one value a byte), its values packed two a byte
 // once, here; for int8 and int4 also the scales converted to fp32 once.
@@ -284,7 +275,7 @@ std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering
       compact->ref.activations = kernels::ActivationQuant::int8;
       compact->name += ", int8 activations";
     }
-  } else if (w && w->dtype() != DType::FP32 && one_weight && m <= kStreamRows) {
+  } else if (w && w->dtype() != DType::FP32 && one_weight && kernels::weight_gemm_streams(m)) {
     compact = half_weight(*w, n, k);
   }
   // A constant B not kept compact, per B batch, for the packed or oneDNN path.
@@ -353,7 +344,7 @@ std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering
                        : stable                            ? "gemm[B packed per change]"
                                                            : "gemm";
   // A compact weight's product is bf16 only where weight_gemm runs panels.
-  if (ctx.bf16_matmuls && (!compact || (quantized && m > kStreamRows))) kernel += "[bf16]";
+  if (ctx.bf16_matmuls && (!compact || (quantized && !kernels::weight_gemm_streams(m)))) kernel += "[bf16]";
   if (onednn) kernel += "[onednn]";
   if (gl.alpha != 1) kernel += "+alpha";
   if (ib >= 0) kernel += "+bias";
