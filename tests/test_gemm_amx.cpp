@@ -216,6 +216,38 @@ TEST(GemmAmx, ResidualMayBeTheOutput) {
   }
 }
 
+// C = R + A·B with an fp32 residual R and K in one block of whole 32-k tile
+// steps: the tiles start from R (not zero) and go straight to C, in place
+// (R is C) or not, with 16-row groups, edge rows and an edge column tile.
+TEST(GemmAmx, Fp32ResidualStartsTheTileSums) {
+  SKIP_WITHOUT_AMX();
+  for (const Dims& d : {Dims{49, 70, 256}, Dims{64, 64, 512}, Dims{33, 96, 32}}) {
+    const Logical a = random_logical(d.M, d.K, 31, ElemType::bf16), b = random_logical(d.K, d.N, 32, ElemType::bf16);
+    const Logical r0 = random_logical(d.M, d.N, 33, ElemType::bf16);
+    const Fp64Product r(a, b);
+    for (bool trans_a : {false, true})
+      for (bool in_place : {false, true}) {
+        SCOPED_TRACE(shape_name(d.M, d.N, d.K) + (trans_a ? " Aᵀ fp32" : " A bf16") + (in_place ? " C += A·B" : " C = R + A·B"));
+        const Stored sa(a, trans_a ? ElemType::f32 : ElemType::bf16, trans_a, 0), sb(b, ElemType::f32, false, 0);
+        Buffer c(d.M, d.N, ElemType::f32, 3), res(d.M, d.N, ElemType::f32, 5);
+        Buffer& rbuf = in_place ? c : res;
+        std::vector<double> want(r.sum.size()), tol(r.sum.size());
+        for (int64_t i = 0; i < d.M; ++i)
+          for (int64_t j = 0; j < d.N; ++j) {
+            rbuf.set(i, j, r0.at(i, j));
+            const size_t idx = size_t(i * d.N + j);
+            want[idx] = r.sum[idx] + r0.at(i, j);
+            tol[idx] = r.bound(idx, 1) + double(d.K + 2) * kU32 * std::abs(r0.at(i, j)) + kU32 * std::abs(want[idx]);
+          }
+        k::gemm(d.M, d.N, d.K, sa.ref(), sb.ref(), c.out(),
+                k::Epilogue{.residual = rbuf.data(), .residual_type = ElemType::f32, .residual_ld = rbuf.ld()},
+                GemmMath::bf16, Isa::amx);
+        expect_within(c, want, tol);
+        if (!in_place) EXPECT_TRUE(res.padding_intact());
+      }
+  }
+}
+
 // bf16 A rows used in place (64-byte aligned start and stride) and copied
 // (any other start or stride) give the right sums; NaN after each row's K
 // catches a tile that reads on into the padding.

@@ -51,8 +51,9 @@ TuneMode tune_mode_from_env();
 // stable-input packing. 3: per-call B and transposed A packed on vector units
 // and threads (own kernels won the weight-gradient products oneDNN had won).
 // 4: transposed fp32 A converted to bf16 rows as pair words (AMX weight
-// gradients about a quarter faster).
-inline constexpr int kGemmTuningCacheVersion = 4;
+// gradients about a quarter faster). 5: AMX tiles start from an fp32
+// residual (C += A·B in one K block: no epilogue pass).
+inline constexpr int kGemmTuningCacheVersion = 5;
 
 inline constexpr double kShapeBudgetMs = 100;
 inline constexpr double kCompileBudgetMs = 3000;

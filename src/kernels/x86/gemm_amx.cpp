@@ -116,6 +116,17 @@ bool plain_f32_store(const TileStore* o) {
   return o && o->c_type == ElemType::f32 && o->alpha == 1 && !o->bias && o->act == Activation::none && !o->res;
 }
 
+// The epilogue only adds an fp32 residual (a weight gradient's C += dYᵀ·X,
+// a residual stream's x + f(x)): in one K block the tiles can start from the
+// residual instead of zero and go straight to C. The residual is then the
+// first term of the fp32 sum rather than the last (the same value to within
+// the sum's rounding); the AVX-512 pass it saves was an eighth of the
+// weight-gradient product.
+bool f32_residual_only(const TileStore* o) {
+  return o && o->c_type == ElemType::f32 && o->alpha == 1 && !o->bias && o->act == Activation::none && o->res &&
+         o->res_type == ElemType::f32;
+}
+
 void micro_amx(const MicroArgs& p) {
   const int64_t steps = p.ksteps / kTileK;
   const int groups = steps > 0 ? p.m / kGroup : 0;
@@ -124,10 +135,16 @@ void micro_amx(const MicroArgs& p) {
   if (groups == 0) return;
 
   const int64_t done = steps * kTileK;
-  if (done == p.ksteps && plain_f32_store(p.out)) {
+  if (done == p.ksteps && (plain_f32_store(p.out) || (!p.load_acc && f32_residual_only(p.out)))) {
+    MicroArgs q = p;
+    if (p.out->res) {
+      q.load_acc = true;
+      q.acc = const_cast<float*>(static_cast<const float*>(p.out->res));  // only read
+      q.ld_acc = p.out->ldr;
+    }
     auto* c = static_cast<float*>(p.out->c);
-    if (groups == 2) amx_groups<2>(p, steps, c, p.out->ldc);
-    else amx_groups<1>(p, steps, c, p.out->ldc);
+    if (groups == 2) amx_groups<2>(q, steps, c, p.out->ldc);
+    else amx_groups<1>(q, steps, c, p.out->ldc);
     return;
   }
   // Where the AMX sums go: the driver's accumulator when there is one, else
