@@ -14,7 +14,8 @@
 // rounded to bf16 only as operands of the next product (O += P·V, dV = Pᵀ·dO,
 // dQ = scale·dS·K, dK = scale·dSᵀ·Q), by VCVTNEPS2BF16 (nearest-even too;
 // values below 2^-126 flush to zero). The row sums l (and lse) are of the
-// fp32 P. Results therefore differ from the fp32 kernels by bf16-level
+// fp32 P; exp is 2^(x·log2 e) by a short polynomial (relative error below
+// 3e-7, kernels/x86/attention_avx512_common.h). Results therefore differ from the fp32 kernels by bf16-level
 // errors: at most 2^-8 (bf16's unit roundoff) of the magnitudes summed into
 // each output (tests/test_attention_amx.cpp states the bound used).
 //

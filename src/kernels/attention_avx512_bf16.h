@@ -12,11 +12,10 @@
 // are converted once per call into per-thread scratch in the layouts the
 // products read; scores, masks, the online softmax and dS = P∘(dP − D) stay
 // fp32, and P and dS are rounded to bf16 only as operands of the next
-// product. The row sums l (and lse) are of the fp32 P. One difference in the
-// fp32 arithmetic: exp is 2^(x·log2 e) by a shorter polynomial
-// (exp2_nonpos16 in kernels/x86/attention_avx512_common.h, relative error
-// below 3e-7 against exp16's ~1e-7), far inside the fp32 share of the error
-// bound. Results differ from the fp32 kernels by bf16-level errors
+// product. The row sums l (and lse) are of the fp32 P. exp is 2^(x·log2 e)
+// by a short polynomial (exp2_nonpos16 in
+// kernels/x86/attention_avx512_common.h, relative error below 3e-7, as the
+// AMX kernels), far inside the fp32 share of the error bound. Results differ from the fp32 kernels by bf16-level errors
 // (tests/test_attention_bf16.cpp states the bound).
 //
 // Only run these when attention_avx512_bf16_usable() and

@@ -163,7 +163,8 @@ using x86::attn::dot_row;
 using x86::attn::scale_row;
 using x86::attn::scale_tile;
 using x86::attn::softmax_row;
-using x86::attn::exp16;
+using x86::attn::exp2_nonpos16;
+using x86::attn::kLog2e;
 using x86::attn::lanes_below;
 using x86::attn::pair_words;
 using x86::attn::pairs_of_rows;
@@ -364,7 +365,8 @@ MILRT_AMX_TARGET void backward(const float* q, const float* k, const float* v, c
       c.causal = cut;
       attention_mask_tile(L.s, kBlockK, i0, bq, j0, bk, c, mask);
     }
-    const __m512 vmul = masked ? _mm512_set1_ps(1.0f) : vscale;
+    // P = 2^(s·vmul − lse·log2 e): the scale (unless the mask step applied it) and log2 e in one factor.
+    const __m512 vmul = _mm512_set1_ps((masked ? 1.0f : sh.scale) * kLog2e);
     // Two query rows at a time: P = exp(S − lse) and dS = P∘(dP − D) in fp32
     // (zero for masked keys, rows past Tq and rows that see no key), dS as
     // bf16 rows (A of dQ += dS·K_j), P and dS interleaved by pairs of rows
@@ -376,7 +378,7 @@ MILRT_AMX_TARGET void backward(const float* q, const float* k, const float* v, c
         const int64_t r = 2 * pr + h, i = i0 + r;
         const bool live = r < bq && lse[i] != kNegInf;
         n[h] = !live ? 0 : cut && !masked ? std::clamp<int64_t>(i + offset + 1 - j0, 0, bk) : bk;
-        vl[h] = _mm512_set1_ps(live ? lse[i] : 0.0f);
+        vl[h] = _mm512_set1_ps(live ? lse[i] * kLog2e : 0.0f);
         vd[h] = _mm512_set1_ps(live ? L.drow[i] : 0.0f);
       }
       const float* s0 = L.s + 2 * pr * kBlockK;
@@ -386,8 +388,8 @@ MILRT_AMX_TARGET void backward(const float* q, const float* k, const float* v, c
         __m512 p[2], ds[2];
         for (int h = 0; h < 2; ++h) {
           const __mmask16 km = lanes_below(c, n[h]);
-          const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(km, s0 + h * kBlockK + c), vmul);
-          p[h] = _mm512_maskz_mov_ps(km, exp16(_mm512_sub_ps(x, vl[h])));
+          const __m512 t = _mm512_fmsub_ps(_mm512_maskz_loadu_ps(km, s0 + h * kBlockK + c), vmul, vl[h]);
+          p[h] = _mm512_maskz_mov_ps(km, exp2_nonpos16(t));
           ds[h] = _mm512_maskz_mul_ps(km, p[h], _mm512_sub_ps(_mm512_maskz_loadu_ps(km, d0 + h * kBlockK + c), vd[h]));
           store_bf16_fast(b0 + h * kBlockK + c, ds[h]);
         }

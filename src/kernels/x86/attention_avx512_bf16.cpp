@@ -28,12 +28,11 @@
 // line are skipped, and the last tile of a query block ends at its last
 // query's limit.
 //
-// Softmax: as the AMX kernels', with one difference in the fp32 arithmetic:
-// exp(x) is computed as 2^(x·log2 e) by exp2_nonpos16 (attention_avx512_common.h;
-// log2 e folded into the scale and the row maximum or lse, ten operations a
-// vector against sixteen, relative error below 3e-7), the softmax being the
-// largest cost besides the products (forward 131 -> 148 GFLOP/s at T = 512 on
-// one Zen 4 core).
+// Softmax: as the AMX kernels': exp(x) is computed as 2^(x·log2 e) by
+// exp2_nonpos16 (attention_avx512_common.h; log2 e folded into the scale and
+// the row maximum or lse, ten operations a vector against sixteen, relative
+// error below 3e-7), the softmax being the largest cost besides the products
+// (forward 131 -> 148 GFLOP/s at T = 512 on one Zen 4 core).
 //
 // As attention_amx.cpp, the ISA code is compiled through the target
 // attribute rather than per-file flags, so the inline functions of shared
@@ -288,7 +287,7 @@ MILRT_VB16 void forward(const float* q, const float* k, const float* v, float* o
       for (int64_t r = 0; r < bq; ++r) {
         const int64_t n =
             cut && mask.kind == AttentionMaskKind::none ? std::clamp<int64_t>(i0 + r + offset + 1 - j0, 0, bk) : bk;
-        const float corr = softmax_row<true>(L.s + r * kTileK, n, bk16, scale, L.m[r], L.l[r], L.p + r * kTileK);
+        const float corr = softmax_row(L.s + r * kTileK, n, bk16, scale, L.m[r], L.l[r], L.p + r * kTileK);
         if (corr != 1.0f) scale_row(L.ob + r * dv, dv, corr);
       }
       vmm(bq, dv, bk2 / 2, pw, kTileK / 2, 1, L.vv + j0 / 2 * dv, dv, L.ob, dv, true, trim ? Trim::k_end : Trim::none,
