@@ -118,5 +118,32 @@ TEST(ConvertRows, RowPairToBf16WordsMatchesTheScalarDefinitionOnEveryPath) {
   });
 }
 
+// bf16 rows to a pair panel: word (q, j) holds elements 2q and 2q + 1 of row
+// j (low, high), an odd K's last high half and the columns past `width` are
+// zero, and nothing outside the panel's ceil(K/2)·nr words is written; rows
+// are read only up to K (the elements after them are NaN bits).
+TEST(ConvertRows, Bf16RowsToPairPanelIsTheTransposeOfWords) {
+  on_every_path([&] {
+    for (int nr : {16, 32})
+      for (int64_t K : {1, 2, 3, 31, 32, 33, 64, 95})
+        for (int64_t width : {int64_t(1), int64_t(nr / 2 + 1), int64_t(nr)}) {
+          const int64_t ld = K + 3, pairs = (K + 1) / 2;
+          std::vector<uint16_t> src(size_t(width * ld), 0x7fc1);
+          for (int64_t j = 0; j < width; ++j)
+            for (int64_t k = 0; k < K; ++k) src[size_t(j * ld + k)] = uint16_t(1000 * j + k + 1);
+          std::vector<uint32_t> out(size_t(pairs * nr) + 1, 0xdeadbeefu);
+          kernels::bf16_rows_to_pair_panel(src.data(), ld, width, K, nr, out.data());
+          for (int64_t q = 0; q < pairs; ++q)
+            for (int64_t j = 0; j < nr; ++j) {
+              const uint32_t lo = j < width ? uint32_t(1000 * j + 2 * q + 1) : 0u;
+              const uint32_t hi = j < width && 2 * q + 1 < K ? uint32_t(1000 * j + 2 * q + 2) : 0u;
+              ASSERT_EQ(out[size_t(q * nr + j)], lo | hi << 16)
+                  << "nr " << nr << " K " << K << " width " << width << " pair " << q << " column " << j;
+            }
+          ASSERT_EQ(out.back(), 0xdeadbeefu) << "written past the panel: nr " << nr << " K " << K;
+        }
+  });
+}
+
 }  // namespace
 }  // namespace milrt

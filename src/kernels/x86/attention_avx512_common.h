@@ -84,34 +84,7 @@ MILRT_ATTN_AVX512_TARGET inline void rows_bf16(const float* src, int64_t rows, i
   std::memset(dst + rows * cols, 0, size_t((rows_pad - rows) * cols) * 2);
 }
 
-// Transposes the 16×16 fp32 block r[0..15] (rows) in place: r[c] becomes
-// column c. Two unpack rounds gather columns within 128-bit lanes, two lane
-// shuffles across the four row groups.
-MILRT_ATTN_AVX512_TARGET inline void transpose16(__m512 r[16]) {
-  __m512 t[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {  // r[4i + k], lane L: column 4L + k of rows 4i..4i+3
-    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 2]);
-    const __m512d c = _mm512_castps_pd(t[4 * i + 1]), d = _mm512_castps_pd(t[4 * i + 3]);
-    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
-    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
-  }
-  __m512 o[16];
-  for (int k = 0; k < 4; ++k) {
-    const __m512 x0 = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x88), x1 = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xdd);
-    const __m512 y0 = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x88), y1 = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xdd);
-    o[k] = _mm512_shuffle_f32x4(x0, y0, 0x88);
-    o[8 + k] = _mm512_shuffle_f32x4(x0, y0, 0xdd);
-    o[4 + k] = _mm512_shuffle_f32x4(x1, y1, 0x88);
-    o[12 + k] = _mm512_shuffle_f32x4(x1, y1, 0xdd);
-  }
-  for (int k = 0; k < 16; ++k) r[k] = o[k];
-}
+using x86::transpose16;  // amx_bf16_common.h
 
 // dst [cols/2 × ld] words from bf16 rows src [rows × cols]: word j of pair
 // row p = (src[j][2p], src[j][2p+1]) (the 32-bit word p of row j); columns

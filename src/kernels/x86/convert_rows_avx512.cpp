@@ -45,5 +45,26 @@ __attribute__((target("avx512f"))) void f32_row_pair_to_bf16_words_avx512(const 
   }
 }
 
+// By blocks of 16 rows × 16 pairs: each row's 16 words loaded (masked past
+// the whole pairs, zero for rows past width), transposed, stored as 16 words
+// of 16 pair rows. The odd K's last pair row goes word by word.
+__attribute__((target("avx512f"))) void bf16_rows_to_pair_panel_avx512(const uint16_t* src, int64_t ld, int64_t width,
+                                                                       int64_t K, int nr, uint32_t* words) {
+  const int64_t whole = K / 2;
+  for (int64_t j0 = 0; j0 < nr; j0 += 16)
+    for (int64_t p0 = 0; p0 < whole; p0 += 16) {
+      const int64_t np = whole - p0 < 16 ? whole - p0 : 16;
+      const __mmask16 m = __mmask16((1u << np) - 1);
+      __m512 r[16];
+      for (int64_t i = 0; i < 16; ++i)
+        r[i] = j0 + i < width ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(m, src + (j0 + i) * ld + 2 * p0))
+                              : _mm512_setzero_ps();
+      x86::transpose16(r);
+      for (int64_t q = 0; q < np; ++q) _mm512_storeu_ps(reinterpret_cast<float*>(words + (p0 + q) * nr + j0), r[q]);
+    }
+  if (K % 2)
+    for (int64_t j = 0; j < nr; ++j) words[whole * nr + j] = j < width ? src[j * ld + 2 * whole] : 0u;
+}
+
 }  // namespace milrt::kernels
 #endif
