@@ -15,6 +15,7 @@
 #include <new>
 #include <string>
 
+#include "kernels/convert_rows.h"
 #include "kernels/gemm_micro.h"
 #include "kernels/generic/multiversion.h"
 #include "kernels/grow_buffer.h"
@@ -470,8 +471,10 @@ void stream(int64_t M, const float* a, int64_t lda, const WeightRef& w, float* c
 
 // ---- panel path -----------------------------------------------------------------
 
-// Per-thread panel buffer: no allocation once the shapes were seen.
-thread_local GrowBuffer t_panel;
+// Per-thread panel buffers: no allocation once the shapes were seen.
+thread_local GrowBuffer t_panel, t_widened, t_a_bf16;
+// W rows widened to fp32 at a time on the way to a bf16 panel (K = 768: 12 KiB).
+constexpr int64_t kWidenRows = 4;
 
 // Rows [j0, j1) of W (not q4) as fp32 into dst.
 void widen(const WeightRef& w, int64_t j0, int64_t j1, float* dst, Isa isa) {
@@ -491,6 +494,15 @@ void panels(int64_t M, const float* a, int64_t lda, const WeightRef& w, float* c
   // Rows per panel: a multiple of 16 (whole gemm column panels), 16..256.
   const int64_t rows = std::clamp<int64_t>(kPanelElems / K / 16 * 16, 16, 256);
   const int64_t count = (N + rows - 1) / rows;
+  // bf16 math: A rounded to bf16 once here, not by gemm in every panel (a
+  // prefill's A was converted N / rows times: a fifth of the product's time).
+  // The same rounding gemm applies, so the same bits.
+  MatrixRef a_ref{a, ElemType::f32, lda};
+  if (w.math == GemmMath::bf16 && K > 0) {
+    uint16_t* a16 = t_a_bf16.get_as<uint16_t>(size_t(M * K));
+    for (int64_t i = 0; i < M; ++i) f32_to_bf16_row(a + i * lda, a16 + i * K, K);
+    a_ref = MatrixRef{a16, ElemType::bf16, K};
+  }
   // Widening is exact (q8: one rounding of scale·q on every path), so the
   // panels hold the same bits whichever loop wrote them.
   auto panel = [&](int64_t p) {
@@ -499,6 +511,22 @@ void panels(int64_t M, const float* a, int64_t lda, const WeightRef& w, float* c
     if (w.math == GemmMath::bf16 && w.format == WeightFormat::bf16) {
       // gemm packs bf16 B as stored: nothing to widen.
       b = MatrixRef{static_cast<const uint16_t*>(w.data) + j0 * w.ld, ElemType::bf16, w.ld, true};
+    } else if (w.math == GemmMath::bf16) {
+      // Straight to bf16, a few rows at a time through fp32 scratch that stays in L1: the rounding gemm
+      // applies to an fp32 B (the same bits), and the panel gemm packs is half the bytes, copied as words.
+      uint16_t* buf = t_panel.get_as<uint16_t>(size_t(rows * K));
+      float* tmp = t_widened.get_as<float>(size_t(kWidenRows * K));
+      auto to_bf16 = [&](const WeightRef& v, int64_t v0, int64_t v1, uint16_t* dst) {  // v's rows [v0, v1)
+        for (int64_t r0 = v0; r0 < v1; r0 += kWidenRows) {
+          const int64_t r1 = std::min(v1, r0 + kWidenRows);
+          widen(v, r0, r1, tmp, isa);
+          f32_to_bf16_row(tmp, dst + (r0 - v0) * K, (r1 - r0) * K);
+        }
+      };
+      if (w.format == WeightFormat::q4)
+        for_unpacked(w, j0, j1, isa, [&](const WeightRef& v, int64_t j) { to_bf16(v, 0, v.n, buf + (j - j0) * K); });
+      else to_bf16(w, j0, j1, buf);
+      b = MatrixRef{buf, ElemType::bf16, K, true};
     } else {
       float* buf = t_panel.get_as<float>(size_t(rows * K));
       if (w.format == WeightFormat::q4)
@@ -509,7 +537,7 @@ void panels(int64_t M, const float* a, int64_t lda, const WeightRef& w, float* c
     Epilogue e = ep;
     if (e.bias) e.bias += j0;
     if (e.residual) e.residual = static_cast<const std::byte*>(e.residual) + j0 * elem_bytes(e.residual_type);
-    gemm(M, j1 - j0, K, MatrixRef{a, ElemType::f32, lda}, b, OutputRef{c + j0, ElemType::f32, ldc}, e, w.math, isa);
+    gemm(M, j1 - j0, K, a_ref, b, OutputRef{c + j0, ElemType::f32, ldc}, e, w.math, isa);
   };
   // gemm's sums do not depend on how N is split or on its threads, so either
   // split gives the same bits: panels over threads when there are enough of
