@@ -160,6 +160,17 @@ TEST(Confinement, DotDotOutOfTheBundleIsRefused) {
   expect_refused(s, "outside the model's directory");
 }
 
+// A NUL byte inside the path string: the checks see "..\0" as an ordinary
+// name, but the system calls would stop at the NUL and open "..": the
+// fuzzer's input that read outside/secret.bin before NULs were refused.
+TEST(Confinement, ANulByteInThePathIsRefused) {
+  Scene s("nul");
+  s.mil(std::string("@model_path/..\0\0/outside/secret.bin", 35));
+  expect_refused(s, "NUL byte");
+  s.mil(std::string("weights/weight.bin\0/x", 21));
+  expect_refused(s, "NUL byte");
+}
+
 TEST(Confinement, AbsolutePathIsRefused) {
   Scene s("absolute");
   s.mil(s.secret);

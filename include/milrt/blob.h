@@ -20,7 +20,12 @@ std::shared_ptr<Buffer> map_file(const std::string& path);
 // (opened non-blocking, so a FIFO cannot stall the caller). Returns the
 // descriptor (close-on-exec; the caller owns it); throws Error, one line
 // naming `root`/`rel`, otherwise. `root` itself is opened as given.
+// A path containing a NUL byte is refused too (the system would open the
+// shorter path before it, not the one checked).
 int open_beneath(const std::string& root, const std::string& rel);
+
+// `path` with each NUL byte written as \0, for one-line error messages.
+std::string path_for_message(const std::string& path);
 
 // Memory-maps the regular file open on `fd` (read-only; the descriptor is
 // closed, also on error). Map what open_beneath() returned, never the path

@@ -187,7 +187,17 @@ struct Fd {
 };
 }  // namespace
 
+std::string path_for_message(const std::string& path) {
+  std::string r;
+  for (char c : path) r += c == '\0' ? std::string("\\0") : std::string(1, c);
+  return r;
+}
+
 int open_beneath(const std::string& root, const std::string& rel) {
+  // The checks below read the whole string; the system calls would stop at a
+  // NUL ("..\0/x" passed as a name and opened ".."): refused first.
+  if (root.find('\0') != std::string::npos || rel.find('\0') != std::string::npos)
+    throw Error(path_for_message(root + "/" + rel) + ": error: a NUL byte in the path (refused)");
   const std::string where = root + "/" + rel;
   std::vector<std::string> comps;
   {
