@@ -15,9 +15,9 @@
 // dQ = scale·dS·K, dK = scale·dSᵀ·Q), by VCVTNEPS2BF16 (nearest-even too;
 // values below 2^-126 flush to zero). The row sums l (and lse) are of the
 // fp32 P; exp is 2^(x·log2 e) by a short polynomial (relative error below
-// 3e-7, kernels/x86/attention_avx512_common.h). Results therefore differ from the fp32 kernels by bf16-level
-// errors: at most 2^-8 (bf16's unit roundoff) of the magnitudes summed into
-// each output (tests/test_attention_amx.cpp states the bound used).
+// 3e-7, kernels/x86/attention_avx512_common.h). Results therefore differ
+// from the fp32 kernels by bf16-level errors: at most 2^-8 (bf16's unit
+// roundoff) of the magnitudes summed into each output (tests/test_attention_amx.cpp states the bound used).
 //
 // Only run these when attention_amx_usable() (this CPU and OS can execute
 // AMX bf16) and attention_amx_supports(shape, mask).

@@ -15,8 +15,9 @@
 // product. The row sums l (and lse) are of the fp32 P. exp is 2^(x·log2 e)
 // by a short polynomial (exp2_nonpos16 in
 // kernels/x86/attention_avx512_common.h, relative error below 3e-7, as the
-// AMX kernels), far inside the fp32 share of the error bound. Results differ from the fp32 kernels by bf16-level errors
-// (tests/test_attention_bf16.cpp states the bound).
+// AMX kernels), far inside the fp32 share of the error bound. Results differ
+// from the fp32 kernels by bf16-level errors (tests/test_attention_bf16.cpp
+// states the bound).
 //
 // Only run these when attention_avx512_bf16_usable() and
 // attention_avx512_bf16_supports(shape, mask).

@@ -27,6 +27,8 @@ void f32_row_pair_to_bf16_words(const float* r0, const float* r1, uint32_t* dst,
 // nr). A row's pairs are its own 32-bit words, so this is a transpose of
 // words (16×16 blocks on AVX-512): a prefill's weight panel, widened to bf16,
 // packed element by element had cost over a quarter of the product on AMX.
-void bf16_rows_to_pair_panel(const uint16_t* src, int64_t ld, int64_t width, int64_t K, int nr, uint32_t* words);
+// The bf16 attention kernels lay out Kᵀ and Vᵀ with it too (nr: their row
+// length along keys).
+void bf16_rows_to_pair_panel(const uint16_t* src, int64_t ld, int64_t width, int64_t K, int64_t nr, uint32_t* words);
 
 }  // namespace milrt::kernels

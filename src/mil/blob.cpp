@@ -197,7 +197,8 @@ int open_beneath(const std::string& root, const std::string& rel) {
   // The checks below read the whole string; the system calls would stop at a
   // NUL ("..\0/x" passed as a name and opened ".."): refused first.
   if (root.find('\0') != std::string::npos || rel.find('\0') != std::string::npos)
-    throw Error(path_for_message(root + "/" + rel) + ": error: a NUL byte in the path (refused)");
+    throw Error(path_for_message(root + "/" + rel) +
+                ": error: a NUL byte in the path (refused: the system would open a shorter path than the one checked)");
   const std::string where = root + "/" + rel;
   std::vector<std::string> comps;
   {

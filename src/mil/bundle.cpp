@@ -74,9 +74,6 @@ class Confinement {
       for (auto& d : options_.allow_external_weights)
         roots_.push_back(make_root(d, "--allow-external-weights directory"));
     }
-    if (blob_path.find('\0') != std::string::npos)
-      throw Error(path_for_message(blob_path) + ": error: a NUL byte in the path (refused: the system would read "
-                                                "a shorter path than the one checked)");
     const std::string prefix = "@model_path/";
     std::string p = blob_path.rfind(prefix, 0) == 0 ? blob_path.substr(prefix.size()) : blob_path;
     fs::path target = (fs::path(p).is_absolute() ? fs::path(p) : roots_[0].real / p).lexically_normal();
@@ -86,7 +83,7 @@ class Confinement {
         std::string rel = below(target, *form);
         if (!rel.empty()) return open_beneath(r.real.string(), rel);
       }
-    throw Error(blob_path + ": error: resolves outside the model's directory " + roots_[0].real.string() +
+    throw Error(path_for_message(blob_path) + ": error: resolves outside the model's directory " + roots_[0].real.string() +
                 " (refused: a model may read only its own bundle; --allow-external-weights DIR, or "
                 "LoadOptions::allow_external_weights, admits another directory)");
   }

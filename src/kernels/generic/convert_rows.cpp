@@ -14,7 +14,7 @@ void f32_to_bf16_row_avx2(const float* src, uint16_t* dst, int64_t n);
 void bf16_to_f32_row_avx2(const uint16_t* src, float* dst, int64_t n);
 void f32_row_pair_to_bf16_words_avx512(const float* r0, const float* r1, uint32_t* dst, int64_t n);
 void f32_row_pair_to_bf16_words_avx2(const float* r0, const float* r1, uint32_t* dst, int64_t n);
-void bf16_rows_to_pair_panel_avx512(const uint16_t* src, int64_t ld, int64_t width, int64_t K, int nr, uint32_t* words);
+void bf16_rows_to_pair_panel_avx512(const uint16_t* src, int64_t ld, int64_t width, int64_t K, int64_t nr, uint32_t* words);
 #endif
 
 void f32_to_bf16_row(const float* src, uint16_t* dst, int64_t n) {
@@ -45,7 +45,7 @@ void f32_row_pair_to_bf16_words(const float* r0, const float* r1, uint32_t* dst,
     dst[i] = uint32_t(f32_to_bf16_bits(r0[i])) | (r1 ? uint32_t(f32_to_bf16_bits(r1[i])) << 16 : 0u);
 }
 
-void bf16_rows_to_pair_panel(const uint16_t* src, int64_t ld, int64_t width, int64_t K, int nr, uint32_t* words) {
+void bf16_rows_to_pair_panel(const uint16_t* src, int64_t ld, int64_t width, int64_t K, int64_t nr, uint32_t* words) {
 #if defined(__x86_64__)
   if (current_isa() >= Isa::avx512 && nr % 16 == 0) return bf16_rows_to_pair_panel_avx512(src, ld, width, K, nr, words);
 #endif

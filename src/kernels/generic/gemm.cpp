@@ -328,10 +328,10 @@ void pack_b_panels(const MatrixRef& b, int64_t K, int64_t Kp, int64_t j0, int64_
     const int64_t width = std::min<int64_t>(nr, j0 + ncols - jbase);
     if constexpr (std::is_same_v<Dst, uint16_t>) {
       if (fmt == PackFormat::bf16_pairs && b.trans) {
-        if constexpr (std::is_same_v<Src, float>) pack_bf16_pair_panel(b, K, Kp, jbase, width, nr, reinterpret_cast<uint32_t*>(panel));
+        auto* words = reinterpret_cast<uint32_t*>(panel);
+        if constexpr (std::is_same_v<Src, float>) pack_bf16_pair_panel(b, K, Kp, jbase, width, nr, words);
         else  // stored [N, K]: each column's pairs are its stored row's words (convert_rows.h)
-          bf16_rows_to_pair_panel(static_cast<const uint16_t*>(b.data) + jbase * b.ld, b.ld, width, K, nr,
-                                  reinterpret_cast<uint32_t*>(panel));
+          bf16_rows_to_pair_panel(static_cast<const uint16_t*>(b.data) + jbase * b.ld, b.ld, width, K, nr, words);
         continue;
       }
     }

@@ -25,7 +25,7 @@
 
 namespace milrt::kernels {
 
-// Rows [j0, j1) of W (j1 - j0 <= kStreamBlock) against M <= kStreamMaxM rows
+// Rows [j0, j1) of W (j1 - j0 <= kStreamBlock) against M <= kWeightStreamMaxRows rows
 // of A: out[i·ldo + (j - j0)] = Σ_k a[i·lda + k]·W(j, k) in fp32.
 void weight_rows_avx512(const WeightRef& w, int64_t j0, int64_t j1, int M, const float* a, int64_t lda, float* out,
                         int64_t ldo);
@@ -35,7 +35,7 @@ void widen_rows_avx512(const WeightRef& w, int64_t j0, int64_t j1, float* dst);
 void weight_rows_avx2(const WeightRef& w, int64_t j0, int64_t j1, int M, const float* a, int64_t lda, float* out,
                       int64_t ldo);
 void widen_rows_avx2(const WeightRef& w, int64_t j0, int64_t j1, float* dst);
-// q8 rows [j0, j1) against M <= kStreamMaxM rows of A quantized to int8
+// q8 rows [j0, j1) against M <= kWeightStreamMaxRows rows of A quantized to int8
 // (ActivationQuant::int8): row i's int8 values at qa + i·ldq (ldq a multiple
 // of 64, zero from k on), its block scales at sa + i·lds (lds a multiple of
 // 16, zero from k / block on); out[i·ldo + (j - j0)] = Σ_b (Σ qa·q) · scale·sa.
@@ -53,7 +53,6 @@ void unpack_q4_avx2(const uint8_t* src, int64_t k, int8_t* dst);
 
 namespace {
 
-constexpr int64_t kStreamMaxM = kWeightStreamMaxRows;  // see weight_gemm.h
 // Weight rows per streaming task: a thread's rows stay contiguous in memory.
 constexpr int64_t kStreamBlock = 64;
 // Below this many multiply-adds a parallel region costs more than it saves.
@@ -454,7 +453,7 @@ void stream(int64_t M, const float* a, int64_t lda, const WeightRef& w, float* c
   auto block = [&](int64_t b) {
     const int64_t j0 = b * kStreamBlock, j1 = std::min(N, j0 + kStreamBlock);
     // Not C itself: the residual may be C.
-    float dot[kStreamMaxM * kStreamBlock];
+    float dot[kWeightStreamMaxRows * kStreamBlock];
     if (w.k == 0) std::fill(dot, dot + M * kStreamBlock, 0.0f);
     else if (w.format == WeightFormat::q4 && !(int8 && path == RowsPath::avx512))
       for_unpacked(w, j0, j1, isa, [&](const WeightRef& v, int64_t j) { rows(v, 0, v.n, dot + (j - j0)); });
@@ -571,10 +570,10 @@ void weight_gemm(int64_t M, const float* a, int64_t lda, const WeightRef& w, flo
                  const Epilogue& ep, Isa isa) {
   check(M, a, lda, w, c, ldc, ep, isa);
   if (M == 0 || w.n == 0) return;
-  if (M <= kStreamMaxM || w.k == 0) {
-    for (int64_t i0 = 0; i0 < M; i0 += kStreamMaxM) {
-      // (k = 0 with many rows: epilogue(0) in groups of kStreamMaxM rows.)
-      const int64_t m = std::min(kStreamMaxM, M - i0);
+  if (M <= kWeightStreamMaxRows || w.k == 0) {
+    for (int64_t i0 = 0; i0 < M; i0 += kWeightStreamMaxRows) {
+      // (k = 0 with many rows: epilogue(0) in groups of kWeightStreamMaxRows rows.)
+      const int64_t m = std::min(kWeightStreamMaxRows, M - i0);
       Epilogue e = ep;
       if (e.residual)
         e.residual = static_cast<const std::byte*>(e.residual) + i0 * e.residual_ld * elem_bytes(e.residual_type);

@@ -1,7 +1,8 @@
 // Pieces shared by the AMX and AVX-512 kernel files (kernels/x86/ only):
 // the tile configuration every AMX kernel loads, a 16×16 transpose of 32-bit
-// lanes, and fp32 -> bf16 rounding of 16 lanes (the integer form of f32_to_bf16_bits: nearest-even, NaN kept
-// quiet, subnormals rounded like any value, which vcvtneps2bf16 would flush).
+// lanes, and fp32 -> bf16 rounding of 16 lanes (the integer form of
+// f32_to_bf16_bits: nearest-even, NaN kept quiet, subnormals rounded like any
+// value, which vcvtneps2bf16 would flush).
 // The functions carry their own target attribute (avx512f), so a caller
 // compiled for a wider target (AMX) may inline them.
 #pragma once

@@ -42,6 +42,7 @@
 #include <limits>
 #include <string>
 
+#include "kernels/convert_rows.h"
 #include "kernels/cpu_features.h"
 #include "kernels/scratch_carver.h"
 #include "kernels/generic/attention_backward.h"
@@ -168,7 +169,6 @@ using x86::attn::kLog2e;
 using x86::attn::lanes_below;
 using x86::attn::pair_words;
 using x86::attn::pairs_of_rows;
-using x86::attn::pairs_transposed;
 using x86::attn::rows_bf16;
 using x86::attn::store_bf16;
 using x86::attn::store_bf16_fast;
@@ -279,7 +279,7 @@ MILRT_AMX_TARGET void forward(const float* q, const float* k, const float* v, fl
   const int64_t d = sh.d, dv = sh.dv, tkp = round_up(sh.tk, 32), ldk = key_ld(sh), offset = sh.tk - sh.tq;
   rows_bf16(q, sh.tq, d, L.qb, round_up(sh.tq, 16));
   rows_bf16(k, sh.tk, d, L.kb, tkp);
-  pairs_transposed(L.kb, sh.tk, d, L.kt, ldk);
+  bf16_rows_to_pair_panel(L.kb, d, sh.tk, d, ldk, L.kt);
   pairs_of_rows(v, sh.tk, dv, L.vv, tkp);
   _tile_loadconfig(&kTileConfig);
   for (int64_t i0 = 0; i0 < sh.tq; i0 += kBlockQ) {
@@ -333,10 +333,10 @@ MILRT_AMX_TARGET void backward(const float* q, const float* k, const float* v, c
   rows_bf16(q, sh.tq, d, L.qb, tq32);
   transpose_bf16(q, sh.tq, d, L.qt, ldq);
   rows_bf16(k, sh.tk, d, L.kb, tkp);
-  pairs_transposed(L.kb, sh.tk, d, L.kt, ldk);
+  bf16_rows_to_pair_panel(L.kb, d, sh.tk, d, ldk, L.kt);
   pairs_of_rows(k, sh.tk, d, L.kk, tkp);
   rows_bf16(v, sh.tk, dvn, L.vb, tkp);
-  pairs_transposed(L.vb, sh.tk, dvn, L.vt, ldk);
+  bf16_rows_to_pair_panel(L.vb, dvn, sh.tk, dvn, ldk, L.vt);
   rows_bf16(dout, sh.tq, dvn, L.dob, tq32);
   transpose_bf16(dout, sh.tq, dvn, L.dot, ldq);
   for (int64_t i = 0; i < sh.tq; ++i) L.drow[i] = dot_row(dout + i * dvn, o + i * dvn, dvn);

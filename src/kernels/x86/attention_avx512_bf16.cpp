@@ -48,6 +48,7 @@
 #include <limits>
 #include <string>
 
+#include "kernels/convert_rows.h"
 #include "kernels/cpu_features.h"
 #include "kernels/scratch_carver.h"
 #include "kernels/generic/attention_backward.h"
@@ -161,7 +162,6 @@ using x86::attn::kLog2e;
 using x86::attn::interleave_halves;
 using x86::attn::lanes_below;
 using x86::attn::pairs_of_rows;
-using x86::attn::pairs_transposed;
 using x86::attn::rows_bf16;
 using x86::attn::scale_row;
 using x86::attn::scale_tile;
@@ -256,7 +256,7 @@ MILRT_VB16 void forward(const float* q, const float* k, const float* v, float* o
   const int64_t d = sh.d, dv = sh.dv, ldk = key_ld(sh), offset = sh.tk - sh.tq;
   rows_bf16(q, sh.tq, d, L.qb, sh.tq);
   rows_bf16(k, sh.tk, d, L.kb, sh.tk);
-  pairs_transposed(L.kb, sh.tk, d, L.kt, ldk);
+  bf16_rows_to_pair_panel(L.kb, d, sh.tk, d, ldk, L.kt);
   pairs_of_rows(v, sh.tk, dv, L.vv, round_up(sh.tk, 2));
   const uint32_t* qw = reinterpret_cast<const uint32_t*>(L.qb);
   const uint32_t* pw = reinterpret_cast<const uint32_t*>(L.p);
@@ -311,10 +311,10 @@ MILRT_VB16 void backward(const float* q, const float* k, const float* v, const f
   const int64_t d = sh.d, dvn = sh.dv, ldk = key_ld(sh), offset = sh.tk - sh.tq;
   rows_bf16(q, sh.tq, d, L.qb, sh.tq);
   rows_bf16(k, sh.tk, d, L.kb, sh.tk);
-  pairs_transposed(L.kb, sh.tk, d, L.kt, ldk);
+  bf16_rows_to_pair_panel(L.kb, d, sh.tk, d, ldk, L.kt);
   pairs_of_bf16_rows(L.kb, sh.tk, d, L.kk, round_up(sh.tk, 2));
   rows_bf16(v, sh.tk, dvn, L.vb, sh.tk);
-  pairs_transposed(L.vb, sh.tk, dvn, L.vt, ldk);
+  bf16_rows_to_pair_panel(L.vb, dvn, sh.tk, dvn, ldk, L.vt);
   rows_bf16(dout, sh.tq, dvn, L.dob, sh.tq);
   pairs_of_bf16_rows(L.qb, sh.tq, d, L.qv, round_up(sh.tq, 2));
   pairs_of_bf16_rows(L.dob, sh.tq, dvn, L.dov, round_up(sh.tq, 2));

@@ -86,27 +86,6 @@ MILRT_ATTN_AVX512_TARGET inline void rows_bf16(const float* src, int64_t rows, i
 
 using x86::transpose16;  // amx_bf16_common.h
 
-// dst [cols/2 × ld] words from bf16 rows src [rows × cols]: word j of pair
-// row p = (src[j][2p], src[j][2p+1]) (the 32-bit word p of row j); columns
-// [rows, ld) zero. cols % 16 == 0, ld % 16 == 0. By 16×16 blocks of words
-// through transpose16.
-MILRT_ATTN_AVX512_TARGET inline void pairs_transposed(const uint16_t* src, int64_t rows, int64_t cols, uint32_t* dst,
-                                                      int64_t ld) {
-  const int64_t pairs = cols / 2;
-  const uint32_t* words = reinterpret_cast<const uint32_t*>(src);
-  for (int64_t j = 0; j < ld; j += 16)
-    for (int64_t p0 = 0; p0 < pairs; p0 += 16) {
-      const __mmask16 k = lanes_below(p0, pairs);
-      __m512 r[16];
-      for (int64_t i = 0; i < 16; ++i)
-        r[i] = j + i < rows ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(k, words + (j + i) * pairs + p0))
-                            : _mm512_setzero_ps();
-      transpose16(r);
-      const int64_t np = pairs - p0 < 16 ? pairs - p0 : 16;
-      for (int64_t i = 0; i < np; ++i) _mm512_storeu_ps(reinterpret_cast<float*>(dst + (p0 + i) * ld + j), r[i]);
-    }
-}
-
 // dst [rows_pad/2 × cols] words from fp32 src [rows × cols]: word c of pair
 // row p = (bf16 src[2p][c], bf16 src[2p+1][c]); rows past `rows` read as zero.
 MILRT_ATTN_AVX512_TARGET inline void pairs_of_rows(const float* src, int64_t rows, int64_t cols, uint32_t* dst,

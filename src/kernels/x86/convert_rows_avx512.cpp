@@ -49,7 +49,7 @@ __attribute__((target("avx512f"))) void f32_row_pair_to_bf16_words_avx512(const 
 // the whole pairs, zero for rows past width), transposed, stored as 16 words
 // of 16 pair rows. The odd K's last pair row goes word by word.
 __attribute__((target("avx512f"))) void bf16_rows_to_pair_panel_avx512(const uint16_t* src, int64_t ld, int64_t width,
-                                                                       int64_t K, int nr, uint32_t* words) {
+                                                                       int64_t K, int64_t nr, uint32_t* words) {
   const int64_t whole = K / 2;
   for (int64_t j0 = 0; j0 < nr; j0 += 16)
     for (int64_t p0 = 0; p0 < whole; p0 += 16) {

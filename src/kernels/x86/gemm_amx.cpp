@@ -109,22 +109,18 @@ void amx_groups(const MicroArgs& p, int64_t steps, float* acc, int64_t ld_acc) {
   }
 }
 
-// The epilogue is the identity into fp32 C: the sums can go straight from
-// the tiles to C. (The AVX-512 epilogue pass costs ~200 ns per 32×32 tile on
-// SPR, a third of the tile's products at K = 768.)
-bool plain_f32_store(const TileStore* o) {
-  return o && o->c_type == ElemType::f32 && o->alpha == 1 && !o->bias && o->act == Activation::none && !o->res;
-}
-
-// The epilogue only adds an fp32 residual (a weight gradient's C += dYᵀ·X,
-// a residual stream's x + f(x)): in one K block the tiles can start from the
-// residual instead of zero and go straight to C. The residual is then the
-// first term of the fp32 sum rather than the last (the same value to within
-// the sum's rounding); the AVX-512 pass it saves was an eighth of the
-// weight-gradient product.
-bool f32_residual_only(const TileStore* o) {
-  return o && o->c_type == ElemType::f32 && o->alpha == 1 && !o->bias && o->act == Activation::none && o->res &&
-         o->res_type == ElemType::f32;
+// The epilogue into fp32 C is the identity or adds an fp32 residual: the
+// sums can go straight from the tiles to C, with a residual as the tiles'
+// starting value (possible only in a product's one K block: a weight
+// gradient's C += dYᵀ·X, a residual stream's x + f(x)). The residual is then
+// the first term of the fp32 sum rather than the last (the same value to
+// within the sum's rounding). The AVX-512 epilogue pass this saves costs
+// ~200 ns per 32×32 tile on SPR: a third of the tile's products at K = 768,
+// an eighth of a weight-gradient product.
+bool tiles_store_to_c(const MicroArgs& p) {
+  const TileStore* o = p.out;
+  return o && o->c_type == ElemType::f32 && o->alpha == 1 && !o->bias && o->act == Activation::none &&
+         (!o->res || (o->res_type == ElemType::f32 && !p.load_acc));
 }
 
 void micro_amx(const MicroArgs& p) {
@@ -135,7 +131,7 @@ void micro_amx(const MicroArgs& p) {
   if (groups == 0) return;
 
   const int64_t done = steps * kTileK;
-  if (done == p.ksteps && (plain_f32_store(p.out) || (!p.load_acc && f32_residual_only(p.out)))) {
+  if (done == p.ksteps && tiles_store_to_c(p)) {
     MicroArgs q = p;
     if (p.out->res) {
       q.load_acc = true;
