@@ -13,6 +13,7 @@
 
 #include "kernels/generic/copy.h"
 #include "kernels/generic/pad.h"
+#include "kernels/threads.h"
 
 namespace milrt::kernels {
 namespace {
@@ -84,6 +85,38 @@ TEST(CopyKernels, StridedCopyMatchesAnIndexLoop) {
       ++cases;
     }
   EXPECT_EQ(cases, 300);
+}
+
+// Copies above pass_threads' 2^16 elements are split over threads along the
+// outermost dim: attention's head transpose [T, H, D] -> [H, T, D] (and a
+// reversed outer dim, whose parts step backwards), against the index loop,
+// with 1 and 2 threads and an outer dim that does not divide evenly.
+TEST(CopyKernels, LargeCopiesSplitOverThreadsMatchAnIndexLoop) {
+  const int saved = num_threads();
+  for (int threads : {1, 2})
+    for (int64_t heads : {12, 7})
+      for (bool reversed : {false, true}) {
+        set_num_threads(threads);
+        const int64_t T = 515, D = 64;
+        std::vector<float> x(size_t(T * heads * D));
+        for (size_t i = 0; i < x.size(); ++i) x[i] = float(i);
+        // dst [heads, T, D] from src [T, heads, D]; reversed walks heads backwards.
+        const int64_t dims[3] = {heads, T, D};
+        int64_t ss[3] = {D, heads * D, 1};
+        const int64_t ds[3] = {T * D, D, 1};
+        const float* src = x.data();
+        if (reversed) src += (heads - 1) * D, ss[0] = -D;
+        std::vector<float> got(x.size(), -1.0f);
+        strided_copy(src, got.data(), 3, dims, ss, ds, 4);
+        for (int64_t h = 0; h < heads; ++h)
+          for (int64_t t = 0; t < T; ++t)
+            for (int64_t e = 0; e < D; ++e) {
+              const int64_t sh = reversed ? heads - 1 - h : h;
+              ASSERT_EQ(got[size_t((h * T + t) * D + e)], x[size_t((t * heads + sh) * D + e)])
+                  << threads << " threads, " << heads << " heads, reversed " << reversed;
+            }
+      }
+  set_num_threads(saved);
 }
 
 // RoPE's pair swap: slices [..., 0:1] and [..., 1:2] of [..., P, 2], then

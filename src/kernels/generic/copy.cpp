@@ -1,8 +1,10 @@
 #include "kernels/generic/copy.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
+#include "kernels/threads.h"
 #include "milrt/error.h"
 
 namespace milrt::kernels {
@@ -49,6 +51,27 @@ void run(const uint8_t* s, uint8_t* d, int64_t n, int64_t ss, int64_t ds, int by
   }
 }
 
+// Every innermost run of a merged block (n >= 1 dims, none of size 0).
+void copy_runs(const uint8_t* s, uint8_t* d, int n, const int64_t* dims, const int64_t* ss, const int64_t* ds,
+               int bytes) {
+  int64_t idx[16] = {};
+  int64_t so = 0, dof = 0;
+  const int r = n - 1;
+  while (true) {
+    run(s + so * bytes, d + dof * bytes, dims[r], ss[r], ds[r], bytes);
+    int k = r - 1;
+    for (; k >= 0; --k) {
+      so += ss[k];
+      dof += ds[k];
+      if (++idx[k] < dims[k]) break;
+      so -= ss[k] * dims[k];
+      dof -= ds[k] * dims[k];
+      idx[k] = 0;
+    }
+    if (k < 0) return;
+  }
+}
+
 }  // namespace
 
 void strided_copy(const void* src, void* dst, int rank, const int64_t* dims_in, const int64_t* ss_in,
@@ -73,21 +96,22 @@ void strided_copy(const void* src, void* dst, int rank, const int64_t* dims_in, 
     ++n;
   }
   if (n == 0) return (void)std::memcpy(d, s, size_t(bytes));
-  int64_t idx[16] = {};
-  int64_t so = 0, dof = 0;
-  const int r = n - 1;
-  while (true) {
-    run(s + so * bytes, d + dof * bytes, dims[r], ss[r], ds[r], bytes);
-    int k = r - 1;
-    for (; k >= 0; --k) {
-      so += ss[k];
-      dof += ds[k];
-      if (++idx[k] < dims[k]) break;
-      so -= ss[k] * dims[k];
-      dof -= ds[k] * dims[k];
-      idx[k] = 0;
-    }
-    if (k < 0) return;
+  // A big copy (attention's head transposes move megabytes per call) is
+  // split over the outermost dim: one thread reaches about half the cache
+  // bandwidth two do. Each part is the same loop over a range of that dim.
+  int64_t elements = 1;
+  for (int i = 0; i < n; ++i) elements *= dims[i];
+  const int threads = n > 1 ? pass_threads(elements, dims[0]) : 1;
+  if (threads <= 1) return copy_runs(s, d, n, dims, ss, ds, bytes);
+  const int64_t chunk = (dims[0] + threads - 1) / threads;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int t = 0; t < threads; ++t) {
+    const int64_t b = int64_t(t) * chunk, e = std::min(dims[0], b + chunk);
+    if (b >= e) continue;
+    int64_t part[16];
+    std::copy(dims, dims + n, part);
+    part[0] = e - b;
+    copy_runs(s + b * ss[0] * bytes, d + b * ds[0] * bytes, n, part, ss, ds, bytes);
   }
 }
 
