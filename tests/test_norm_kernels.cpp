@@ -162,6 +162,33 @@ TEST(NormKernels, RmsNormBackwardThreadsAliasAndNoDw) {
   EXPECT_EQ(inplace, dx1);
 }
 
+// The forward kernels split rows over threads above 2^16 elements: the bits
+// must not depend on the split (the fp64 tests above cover the values).
+TEST(NormKernels, ForwardRowsSplitOverThreadsGiveTheSameBits) {
+  const int64_t rows = 301, n = 768;
+  std::vector<float> x = random_floats(rows * n, 31, -2, 2), w = random_floats(n, 32, 0.5, 1.5);
+  std::vector<float> b = random_floats(n, 33, -1, 1);
+  std::vector<float> rms1(x.size()), rms2(x.size()), ln1(x.size()), ln2(x.size());
+  const int before = num_threads();
+  set_num_threads(1);
+  rms_norm_f32(x.data(), w.data(), rms1.data(), rows, n, 1, 1e-5f);
+  layer_norm_f32(x.data(), w.data(), b.data(), ln1.data(), rows, n, 1, 1e-5f);
+  set_num_threads(2);
+  rms_norm_f32(x.data(), w.data(), rms2.data(), rows, n, 1, 1e-5f);
+  layer_norm_f32(x.data(), w.data(), b.data(), ln2.data(), rows, n, 1, 1e-5f);
+  set_num_threads(before);
+  EXPECT_EQ(rms1, rms2);
+  EXPECT_EQ(ln1, ln2);
+  // Row 300 (the last, in the second thread's part) against fp64.
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += double(x[size_t(300 * n + i)]) * x[size_t(300 * n + i)];
+  const double r = 1 / std::sqrt(ss / double(n) + 1e-5);
+  for (int64_t i = 0; i < n; ++i) {
+    const double want = x[size_t(300 * n + i)] * r * w[size_t(i)];
+    ASSERT_NEAR(rms2[size_t(300 * n + i)], want, 1e-5 * std::fabs(want) + 1e-7) << i;
+  }
+}
+
 void check_layer_norm(double center, double spread, double& worst, double& worst_k) {
   for (const Dims& d : awkward_dims())
     for (int affine = 0; affine < 4; ++affine) {

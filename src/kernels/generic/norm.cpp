@@ -104,6 +104,9 @@ void rms_norm_backward_f32(const float* x, const float* w, const float* dy, floa
 
 void rms_norm_f32(const float* x, const float* gamma, float* y, int64_t outer, int64_t n, int64_t inner, float eps) {
   if (n <= 0) return;
+  // Rows are independent: split them over threads (the same bits for any split).
+  const int threads = pass_threads(outer * n * inner, outer);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t o = 0; o < outer; ++o) {
     const float* xo = x + o * n * inner;
     float* yo = y + o * n * inner;
@@ -126,6 +129,9 @@ void rms_norm_f32(const float* x, const float* gamma, float* y, int64_t outer, i
 void layer_norm_f32(const float* x, const float* gamma, const float* beta, float* y, int64_t outer, int64_t n,
                     int64_t inner, float eps) {
   if (n <= 0) return;
+  // Rows are independent: split them over threads (the same bits for any split).
+  const int threads = pass_threads(outer * n * inner, outer);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t o = 0; o < outer; ++o) {
     const float* xo = x + o * n * inner;
     float* yo = y + o * n * inner;
