@@ -12,6 +12,7 @@
 //  - plan vs fused reference: fp32 accumulation (K·2^-24·Σ|a||b| <= 1.6e-5
 //    at K = 16) plus the kernel's fp32 activation (a few ulps): 3e-5 absolute.
 #include <cstdio>
+#include <map>
 
 #include "milrt/plan.h"
 #include "passes/pass_registry.h"
@@ -385,9 +386,26 @@ TEST(FuseGemmEpilogue, RealProgramsComputeTheSame) {
     run_passes(base, prefix);
     Program with = base;
     run_passes(with, {"fuse-gemm-epilogue"});
-    int n = 0;
+    int n = 0, products_left = 0;
     for (const Function& f : with.functions)
-      for (const Op& op : f.ops) n += op.type == "milrt_gemm";
+      for (const Op& op : f.ops) {
+        n += op.type == "milrt_gemm";
+        products_left += op.type == "matmul" || op.type == "linear";
+      }
+    if (name.rfind("seed1/", 0) == 0) {
+      // Counted by hand from the programs: backprop_train's z1 into its
+      // sigmoid and the two weight updates W + dW; conv_chain_silu's last
+      // 1x1 conv into g·sigmoid(g); rms_q8_swiglu's int8 product is fused
+      // by fuse-quantized-weights before, and a layout reshape separates
+      // each of its other products from its epilogue.
+      const std::map<std::string, int> by_hand = {
+          {"seed1/backprop_train.mil", 3}, {"seed1/conv_chain_silu.mil", 1}, {"seed1/rms_q8_swiglu.mil", 1}};
+      if (by_hand.count(name)) EXPECT_EQ(n, by_hand.at(name)) << "milrt_gemm ops";
+    } else {
+      // Every product in today's bundles is a 1x1 conv with a bias into a
+      // sigmoid (silero-vad's decoder heads): none may stay unfused.
+      EXPECT_EQ(products_left, 0) << "matmul/linear left unfused";
+    }
     const bool fp16 = print_mil(base).find("fp16") != std::string::npos;
     for (const Function& f : base.functions) {
       if (f.name != "main") continue;
