@@ -10,24 +10,19 @@
 
 #include "kernels/generic/swiglu.h"
 #include "kernels/threads.h"
+#include "support/test_util.h"
 
 namespace milrt::kernels {
 namespace {
 
-std::vector<float> random_floats(size_t n, uint64_t seed, float lo, float hi) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<float> v(n);
-  for (float& f : v) f = u(rng);
-  return v;
-}
+using test::uniform_floats;
 
 double sigmoid(double v) { return 1.0 / (1.0 + std::exp(-v)); }
 
 TEST(SiluMul, ForwardAndBackwardMatchFp64) {
   for (size_t n : {1, 17, 1000, 100003}) {
     SCOPED_TRACE("n " + std::to_string(n));
-    std::vector<float> a = random_floats(n, 1, -30, 30), b = random_floats(n, 2, -2, 2), dy = random_floats(n, 3, -1, 1);
+    std::vector<float> a = uniform_floats(n, 1, -30, 30), b = uniform_floats(n, 2, -2, 2), dy = uniform_floats(n, 3, -1, 1);
     std::vector<float> y(n), da(n), db(n);
     silu_mul_f32(a.data(), b.data(), y.data(), int64_t(n));
     silu_mul_backward_f32(a.data(), b.data(), dy.data(), da.data(), db.data(), int64_t(n));
@@ -46,7 +41,7 @@ TEST(SiluMul, ForwardAndBackwardMatchFp64) {
 
 TEST(SiluMul, InPlaceAndThreadCountsGiveTheSameBits) {
   const size_t n = 256 * 2048;
-  std::vector<float> a = random_floats(n, 4, -8, 8), b = random_floats(n, 5, -2, 2), dy = random_floats(n, 6, -1, 1);
+  std::vector<float> a = uniform_floats(n, 4, -8, 8), b = uniform_floats(n, 5, -2, 2), dy = uniform_floats(n, 6, -1, 1);
   std::vector<float> da1(n), db1(n), da2(n), db2(n);
   const int before = num_threads();
   set_num_threads(1);

@@ -66,6 +66,13 @@ struct CompileOptions {
   // usual mixed precision of training. Everything else stays fp32.
   enum class MatmulPrecision { fp32, bf16 };
   MatmulPrecision matmul_precision = MatmulPrecision::fp32;
+  // With matmul_precision bf16: a value that only matrix products read (a
+  // normed activation, a SwiGLU output, a head transpose, their gradients)
+  // is stored in bf16 by the op that computes it, so every product reads it
+  // without converting it again, in half the bytes. Results are bit-identical
+  // to fp32 storage (the products rounded those operands to bf16 anyway);
+  // false keeps every float value in fp32 (for comparisons).
+  bool bf16_operands = true;
   // Matrix products with an int8 block-quantized constant weight (milrt_gemm
   // from fuse-quantized-weights: constexpr_blockwise_shift_scale int8 data
   // with per-block scales) that stream the weight, i.e. with at most 4 rows of

@@ -22,6 +22,7 @@
 #include "milrt/passes.h"
 #include "milrt/plan.h"
 #include "runtime/accumulate_outputs.h"
+#include "runtime/bf16_operands.h"
 #include "runtime/buffer_analysis.h"
 #include "runtime/lowering.h"
 #include "runtime/memory_plan.h"
@@ -577,6 +578,11 @@ Plan compile(const Program& program, const CompileOptions& options) {
 
   const rt::BufferDecisions decided = rt::decide_buffers(*fn, options.state_aliases, accumulators);
   const auto& [alias_of_input, accumulator_in_place, in_output, in_state, views, output_roots] = decided;
+  // Values only bf16 products read, stored in bf16 by their producers.
+  const std::set<std::string> bf16_values =
+      options.matmul_precision == CompileOptions::MatmulPrecision::bf16 && options.bf16_operands
+          ? rt::bf16_operand_values(*fn, decided)
+          : std::set<std::string>{};
 
 
   // Parameters: run()'s inputs, or persistent states.
@@ -611,11 +617,17 @@ Plan compile(const Program& program, const CompileOptions& options) {
   Function sized = rt::without_views(*fn, views);
   for (auto& op : sized.ops)
     for (auto& o : op.outputs)
-      if (o.type.is_tensor() && o.type.dtype != DType::String) o.type.dtype = rt::storage_dtype(o.type.dtype);
+      if (o.type.is_tensor() && o.type.dtype != DType::String)
+        o.type.dtype = bf16_values.count(o.name) ? DType::BF16 : rt::storage_dtype(o.type.dtype);
   MemoryPlanOptions mo;
   mo.alignment = 64;
   mo.external = [&](const std::string& v) { return in_state.count(v) > 0 || in_output.count(v) > 0; };
-  mo.in_place = [&](const Op& op) { return in_place_inputs(op, types); };
+  // A bf16 result never shares its input's (wider) buffer.
+  mo.in_place = [&](const Op& op) {
+    for (const auto& o : op.outputs)
+      if (bf16_values.count(o.name)) return std::vector<std::string>{};
+    return in_place_inputs(op, types);
+  };
   MemoryPlan mp = plan_memory(sized, mo);
   {
     // What the plan would hold: constant weights as stored, the arena, and
@@ -670,11 +682,13 @@ Plan compile(const Program& program, const CompileOptions& options) {
       } else if (auto v = views.find(o.name); v != views.end()) {
         int id = P.add_val(o.name, o.type.dtype, o.type.shape, Kind::View);
         P.vals[size_t(id)].alias = P.ids.at(v->second);
+        if (bf16_values.count(o.name)) P.vals[size_t(id)].dtype = DType::BF16;
         P.view_ids.push_back(id);
       } else if (is_output(o.name) || output_roots.count(o.name)) {
         P.add_owned(o.name, o.type.dtype, o.type.shape, Kind::Output);
       } else {
-        P.add_val(o.name, o.type.dtype, o.type.shape, Kind::Arena);
+        const int id = P.add_val(o.name, o.type.dtype, o.type.shape, Kind::Arena);
+        if (bf16_values.count(o.name)) P.vals[size_t(id)].dtype = DType::BF16;
       }
     }
     if (op.outputs.size() == 1 && views.count(op.outputs[0].name)) continue;

@@ -1,10 +1,11 @@
-#include <cstring>
 #include "support/test_util.h"
 
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <random>
 
 namespace milrt::test {
 
@@ -54,6 +55,14 @@ Tensor make(DType dtype, Shape shape, const std::vector<double>& v) {
   if (int64_t(v.size()) != t.numel()) throw Error("make(): value count does not match shape");
   for (size_t i = 0; i < v.size(); ++i) t.set(i, v[i]);
   return t;
+}
+
+std::vector<float> uniform_floats(size_t n, uint64_t seed, float lo, float hi) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (float& f : v) f = u(rng);
+  return v;
 }
 
 std::vector<double> values(const Tensor& t) {

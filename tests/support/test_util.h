@@ -44,6 +44,9 @@ Tensor make(DType dtype, Shape shape, const std::vector<double>& values);
 // All elements of a tensor as doubles.
 std::vector<double> values(const Tensor& t);
 
+// n floats uniform in [lo, hi) from a fixed seed (mt19937_64).
+std::vector<float> uniform_floats(size_t n, uint64_t seed, float lo, float hi);
+
 // The shared/ folder beside the repository, or "" when absent (a user's clone).
 std::string shared_dir();
 // Skips the current test with a visible message when ../shared is absent.

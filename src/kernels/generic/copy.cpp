@@ -4,6 +4,8 @@
 #include <cstring>
 #include <string>
 
+#include "kernels/bf16_bits.h"
+#include "kernels/convert_rows.h"
 #include "kernels/threads.h"
 #include "milrt/error.h"
 
@@ -51,14 +53,15 @@ void run(const uint8_t* s, uint8_t* d, int64_t n, int64_t ss, int64_t ds, int by
   }
 }
 
-// Every innermost run of a merged block (n >= 1 dims, none of size 0).
-void copy_runs(const uint8_t* s, uint8_t* d, int n, const int64_t* dims, const int64_t* ss, const int64_t* ds,
-               int bytes) {
+// Every innermost run of a merged block (n >= 1 dims, none of size 0):
+// run(src offset, dst offset, length, src step, dst step), in elements.
+template <class Run>
+void for_each_run(int n, const int64_t* dims, const int64_t* ss, const int64_t* ds, Run run) {
   int64_t idx[16] = {};
   int64_t so = 0, dof = 0;
   const int r = n - 1;
   while (true) {
-    run(s + so * bytes, d + dof * bytes, dims[r], ss[r], ds[r], bytes);
+    run(so, dof, dims[r], ss[r], ds[r]);
     int k = r - 1;
     for (; k >= 0; --k) {
       so += ss[k];
@@ -72,16 +75,16 @@ void copy_runs(const uint8_t* s, uint8_t* d, int n, const int64_t* dims, const i
   }
 }
 
-}  // namespace
-
-void strided_copy(const void* src, void* dst, int rank, const int64_t* dims_in, const int64_t* ss_in,
-                  const int64_t* ds_in, int bytes) {
-  auto* s = static_cast<const uint8_t*>(src);
-  auto* d = static_cast<uint8_t*>(dst);
+// The runs of a copy of `dims` elements: the block with size-1 dims dropped
+// and each dim merged into the one before it where both sides step over it
+// contiguously (fewer, longer runs: a slice [..., T, D/2, 1] of [..., T, D/2,
+// 2] is one run of T·D/2). A big copy (attention's head transposes move
+// megabytes per call) is split over the outermost dim: one thread reaches
+// about half the cache bandwidth two do. run(src offset, dst offset, n, src
+// step, dst step) in elements, each call a contiguous range of the block.
+template <class Run>
+void copy_block(int rank, const int64_t* dims_in, const int64_t* ss_in, const int64_t* ds_in, Run run) {
   for (int i = 0; i < rank; ++i) if (dims_in[i] == 0) return;
-  // The same block with size-1 dims dropped and each dim merged into the one
-  // before it where both sides step over it contiguously: fewer, longer
-  // runs (a slice [..., T, D/2, 1] of [..., T, D/2, 2] is one run of T·D/2).
   int64_t dims[16], ss[16], ds[16];
   int n = 0;
   for (int i = 0; i < rank; ++i) {
@@ -95,14 +98,11 @@ void strided_copy(const void* src, void* dst, int rank, const int64_t* dims_in, 
     dims[n] = dims_in[i], ss[n] = ss_in[i], ds[n] = ds_in[i];
     ++n;
   }
-  if (n == 0) return (void)std::memcpy(d, s, size_t(bytes));
-  // A big copy (attention's head transposes move megabytes per call) is
-  // split over the outermost dim: one thread reaches about half the cache
-  // bandwidth two do. Each part is the same loop over a range of that dim.
+  if (n == 0) return run(0, 0, 1, 1, 1);
   int64_t elements = 1;
   for (int i = 0; i < n; ++i) elements *= dims[i];
   const int threads = n > 1 ? pass_threads(elements, dims[0]) : 1;
-  if (threads <= 1) return copy_runs(s, d, n, dims, ss, ds, bytes);
+  if (threads <= 1) return for_each_run(n, dims, ss, ds, run);
   const int64_t chunk = (dims[0] + threads - 1) / threads;
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int t = 0; t < threads; ++t) {
@@ -111,8 +111,29 @@ void strided_copy(const void* src, void* dst, int rank, const int64_t* dims_in, 
     int64_t part[16];
     std::copy(dims, dims + n, part);
     part[0] = e - b;
-    copy_runs(s + b * ss[0] * bytes, d + b * ds[0] * bytes, n, part, ss, ds, bytes);
+    for_each_run(n, part, ss, ds, [&](int64_t so, int64_t dof, int64_t len, int64_t s1, int64_t d1) {
+      run(b * ss[0] + so, b * ds[0] + dof, len, s1, d1);
+    });
   }
+}
+
+}  // namespace
+
+void strided_copy(const void* src, void* dst, int rank, const int64_t* dims, const int64_t* src_stride,
+                  const int64_t* dst_stride, int bytes) {
+  auto* s = static_cast<const uint8_t*>(src);
+  auto* d = static_cast<uint8_t*>(dst);
+  copy_block(rank, dims, src_stride, dst_stride, [&](int64_t so, int64_t dof, int64_t n, int64_t ss, int64_t ds) {
+    run(s + so * bytes, d + dof * bytes, n, ss, ds, bytes);
+  });
+}
+
+void strided_copy_f32_to_bf16(const float* src, uint16_t* dst, int rank, const int64_t* dims,
+                              const int64_t* src_stride, const int64_t* dst_stride) {
+  copy_block(rank, dims, src_stride, dst_stride, [&](int64_t so, int64_t dof, int64_t n, int64_t ss, int64_t ds) {
+    if (ss == 1 && ds == 1) return f32_to_bf16_row(src + so, dst + dof, n);
+    for (int64_t i = 0; i < n; ++i) dst[dof + i * ds] = f32_to_bf16_bits(src[so + i * ss]);
+  });
 }
 
 void permute(const void* src, const Shape& src_shape, const std::vector<int64_t>& perm, size_t elem_size, void* dst) {

@@ -19,6 +19,12 @@ namespace milrt::kernels {
 void strided_copy(const void* src, void* dst, int rank, const int64_t* dims, const int64_t* src_stride,
                   const int64_t* dst_stride, int bytes);
 
+// The same copy from fp32 elements to bf16 bits (nearest-even, as
+// milrt::f32_to_bf16): a transpose whose result only bf16 matrix products
+// read (CompileOptions::bf16_operands).
+void strided_copy_f32_to_bf16(const float* src, uint16_t* dst, int rank, const int64_t* dims,
+                              const int64_t* src_stride, const int64_t* dst_stride);
+
 // dst = src with its dims permuted: dim d of dst is dim perm[d] of src.
 void permute(const void* src, const Shape& src_shape, const std::vector<int64_t>& perm, size_t elem_size, void* dst);
 

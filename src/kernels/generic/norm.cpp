@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/convert_rows.h"
 #include "kernels/generic/lanes.h"
 #include "kernels/generic/multiversion.h"
 #include "kernels/grow_buffer.h"
@@ -102,27 +103,45 @@ void rms_norm_backward_f32(const float* x, const float* w, const float* dy, floa
   }
 }
 
+namespace {
+
+// One [n, inner] slice of rms_norm_f32.
+void rms_slice(const float* xo, const float* gamma, float* yo, int64_t n, int64_t inner, float eps) {
+  if (inner == 1) {
+    double ss = lanes::sum(xo, n, [](float v) { return v * v; });
+    scale_row(xo, gamma, nullptr, yo, n, 0.0f, float(1.0 / std::sqrt(ss / double(n) + double(eps))));
+    return;
+  }
+  for (int64_t t = 0; t < inner; t += kTile) {
+    int64_t w = std::min(kTile, inner - t);
+    double ss[kTile];
+    lanes::column_sums(xo + t, n, inner, w, ss, [](float v, int64_t) { return v * v; });
+    float zero[kTile] = {}, scale[kTile];
+    for (int64_t j = 0; j < w; ++j) scale[j] = float(1.0 / std::sqrt(ss[j] / double(n) + double(eps)));
+    scale_tile(xo + t, gamma, nullptr, yo + t, n, inner, w, zero, scale);
+  }
+}
+
+}  // namespace
+
 void rms_norm_f32(const float* x, const float* gamma, float* y, int64_t outer, int64_t n, int64_t inner, float eps) {
   if (n <= 0) return;
-  // Rows are independent: split them over threads (the same bits for any split).
+  // Slices are independent: split them over threads (the same bits for any split).
+  const int threads = pass_threads(outer * n * inner, outer);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  for (int64_t o = 0; o < outer; ++o) rms_slice(x + o * n * inner, gamma, y + o * n * inner, n, inner, eps);
+}
+
+void rms_norm_f32_to_bf16(const float* x, const float* gamma, uint16_t* y, int64_t outer, int64_t n, int64_t inner,
+                          float eps) {
+  if (n <= 0) return;
   const int threads = pass_threads(outer * n * inner, outer);
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
   for (int64_t o = 0; o < outer; ++o) {
-    const float* xo = x + o * n * inner;
-    float* yo = y + o * n * inner;
-    if (inner == 1) {
-      double ss = lanes::sum(xo, n, [](float v) { return v * v; });
-      scale_row(xo, gamma, nullptr, yo, n, 0.0f, float(1.0 / std::sqrt(ss / double(n) + double(eps))));
-      continue;
-    }
-    for (int64_t t = 0; t < inner; t += kTile) {
-      int64_t w = std::min(kTile, inner - t);
-      double ss[kTile];
-      lanes::column_sums(xo + t, n, inner, w, ss, [](float v, int64_t) { return v * v; });
-      float zero[kTile] = {}, scale[kTile];
-      for (int64_t j = 0; j < w; ++j) scale[j] = float(1.0 / std::sqrt(ss[j] / double(n) + double(eps)));
-      scale_tile(xo + t, gamma, nullptr, yo + t, n, inner, w, zero, scale);
-    }
+    thread_local GrowBuffer slice;  // the fp32 slice, in cache when rounded
+    float* tmp = slice.get_as<float>(size_t(n * inner));
+    rms_slice(x + o * n * inner, gamma, tmp, n, inner, eps);
+    f32_to_bf16_row(tmp, y + o * n * inner, n * inner);
   }
 }
 

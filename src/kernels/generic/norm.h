@@ -11,6 +11,11 @@ namespace milrt::kernels {
 // y = x / sqrt(mean(x²) + eps) · gamma[i] (gamma: n values, or nullptr for 1).
 // y may alias x.
 void rms_norm_f32(const float* x, const float* gamma, float* y, int64_t outer, int64_t n, int64_t inner, float eps);
+// The same values rounded to bf16 bits (nearest-even, as milrt::f32_to_bf16):
+// a normed activation that only bf16 matrix products read
+// (CompileOptions::bf16_operands). y must not overlap x.
+void rms_norm_f32_to_bf16(const float* x, const float* gamma, uint16_t* y, int64_t outer, int64_t n, int64_t inner,
+                          float eps);
 
 // The backward of y = rms_norm(x) · w over contiguous rows of n (inner == 1):
 //   r = 1 / sqrt(mean(x²) + eps), xn = x · r, d = dy · w

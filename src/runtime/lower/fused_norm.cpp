@@ -57,12 +57,20 @@ std::unique_ptr<Step> rms_step(const Op& op, LowerCtx& ctx, const NormView& v, c
   if (x.dtype != DType::FP32) throw_op_error(op, "only float inputs compile");
   int ig = param(op, ctx, gamma_key, v.n), ix = x.id, io = o.id;
   float e = float(eps);
-  auto step = make_step("rms_norm", op, [=](const Frame& f) {
-    kernels::rms_norm_f32(f.at<float>(ix), ig < 0 ? nullptr : f.at<float>(ig), f.at<float>(io), v.outer, v.n,
-                          v.inner, e);
-  });
+  std::unique_ptr<Step> step;
+  if (o.dtype == DType::BF16) {  // read only by bf16 products (CompileOptions::bf16_operands)
+    step = make_step("rms_norm[to bf16]", op, [=](const Frame& f) {
+      kernels::rms_norm_f32_to_bf16(f.at<float>(ix), ig < 0 ? nullptr : f.at<float>(ig), f.at<uint16_t>(io),
+                                    v.outer, v.n, v.inner, e);
+    });
+  } else {
+    step = make_step("rms_norm", op, [=](const Frame& f) {
+      kernels::rms_norm_f32(f.at<float>(ix), ig < 0 ? nullptr : f.at<float>(ig), f.at<float>(io), v.outer, v.n,
+                            v.inner, e);
+    });
+  }
   step->info.flops = 4.0 * double(x.numel());
-  step->info.bytes = double(2 * x.numel() + (ig < 0 ? 0 : v.n)) * 4;
+  step->info.bytes = double(x.numel() + (ig < 0 ? 0 : v.n)) * 4 + double(x.numel() * dtype_size(o.dtype));
   return step;
 }
 

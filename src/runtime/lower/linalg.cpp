@@ -241,8 +241,15 @@ std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering
     throw_op_error(op, "a constant weight must be fp32, fp16 or bf16 to compile, got " +
                            std::string(dtype_name(w->dtype())));
   const ValueRef y = w ? ValueRef{-1, DType::FP32, w->shape()} : ctx.input(op, gl.y_key);
-  if (x.dtype != DType::FP32 || y.dtype != DType::FP32 || o.dtype != DType::FP32)
-    throw_op_error(op, "only float operands compile");
+  // A and a variable B may be stored in bf16 (CompileOptions::bf16_operands).
+  const auto operand_type = [&](const ValueRef& v) {
+    if (v.dtype == DType::BF16 && ctx.bf16_matmuls) return kernels::ElemType::bf16;
+    if (v.dtype != DType::FP32) throw_op_error(op, "only float operands compile");
+    return kernels::ElemType::f32;
+  };
+  const kernels::ElemType ea = operand_type(x), eb = operand_type(y);
+  if (o.dtype != DType::FP32) throw_op_error(op, "only float operands compile");
+  const int64_t esa = ea == kernels::ElemType::bf16 ? 2 : 4, esb = eb == kernels::ElemType::bf16 ? 2 : 4;
   const GemmShape g = gemm_shape(op, x.shape, y.shape, gl.transpose_x, gl.transpose_y);
   const int64_t m = g.m, n = g.n, k = g.k;
   if (int64_t(g.xoff.size()) * m * n != o.numel())
@@ -278,6 +285,7 @@ std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering
   } else if (w && w->dtype() != DType::FP32 && one_weight && kernels::weight_gemm_streams(m)) {
     compact = half_weight(*w, n, k);
   }
+  if (compact && ea != kernels::ElemType::f32) throw_op_error(op, "internal: a compact weight's product needs fp32 A");
   // A constant B not kept compact, per B batch, for the packed or oneDNN path.
   Tensor b_held;
   const std::vector<kernels::MatrixRef> constant_b =
@@ -295,8 +303,8 @@ std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering
     d.m = m;
     d.n = n;
     d.k = k;
-    d.a = kernels::MatrixRef{nullptr, kernels::ElemType::f32, g.tx ? m : k, g.tx};
-    d.b = kernels::MatrixRef{nullptr, kernels::ElemType::f32, g.ty ? k : n, g.ty};
+    d.a = kernels::MatrixRef{nullptr, ea, g.tx ? m : k, g.tx};
+    d.b = kernels::MatrixRef{nullptr, eb, g.ty ? k : n, g.ty};
     d.c_ld = n;
     d.alpha = gl.alpha;
     d.has_bias = ib >= 0;
@@ -308,7 +316,7 @@ std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering
   }
   // Any other constant B is packed now, once per B batch.
   std::shared_ptr<std::vector<kernels::PackedB>> packed;
-  double b_bytes = 4.0 * double(y.numel());
+  double b_bytes = double(esb) * double(y.numel());
   if (compact) {
     b_bytes = compact->bytes;
   } else if (onednn) {
@@ -381,51 +389,54 @@ std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering
   } else if (stable) {
     step = make_step(kernel, op, [=](const Frame& f) {
       stable->refresh(f.at<float>(iy), *generation);
-      const float* a = f.at<float>(ix);
+      const auto* a = static_cast<const uint8_t*>(f.ptr[size_t(ix)]);
       kernels::Epilogue ep = epilogue(f);
       for (size_t bi = 0; bi < xoff.size(); ++bi) {
         const int64_t co = int64_t(bi) * m * n;
         if (!stable->prims.empty()) {
-          stable->prims[size_t(ybat[bi])].run(a + xoff[bi], nullptr, output(f, co), ep.bias, residual(f, co));
+          stable->prims[size_t(ybat[bi])].run(a + xoff[bi] * esa, nullptr, output(f, co), ep.bias, residual(f, co));
           continue;
         }
         ep.residual = residual(f, co);
-        kernels::gemm(m, kernels::MatrixRef{a + xoff[bi], kernels::ElemType::f32, lda, tx},
-                      stable->packed[size_t(ybat[bi])], output(f, co), ep);
+        kernels::gemm(m, kernels::MatrixRef{a + xoff[bi] * esa, ea, lda, tx}, stable->packed[size_t(ybat[bi])],
+                      output(f, co), ep);
       }
     });
   } else if (onednn) {
     step = make_step(kernel, op, [=](const Frame& f) {
-      const float* a = f.at<float>(ix);
+      const auto* a = static_cast<const uint8_t*>(f.ptr[size_t(ix)]);
       const float* bias = ib >= 0 ? f.at<float>(ib) : nullptr;
-      const float* y_var = onednn->front().desc().b_const ? nullptr : f.at<float>(iy);
+      const auto* y_var = onednn->front().desc().b_const ? nullptr : static_cast<const uint8_t*>(f.ptr[size_t(iy)]);
       for (size_t bi = 0; bi < xoff.size(); ++bi) {
         const int64_t co = int64_t(bi) * m * n;
         if (y_var)
-          onednn->front().run(a + xoff[bi], y_var + ybat[bi] * k * n, output(f, co), bias, residual(f, co));
+          onednn->front().run(a + xoff[bi] * esa, y_var + ybat[bi] * k * n * esb, output(f, co), bias,
+                              residual(f, co));
         else
-          (*onednn)[size_t(ybat[bi])].run(a + xoff[bi], nullptr, output(f, co), bias, residual(f, co));
+          (*onednn)[size_t(ybat[bi])].run(a + xoff[bi] * esa, nullptr, output(f, co), bias, residual(f, co));
       }
     });
   } else {
     step = make_step(kernel, op, [=](const Frame& f) {
-      const float* a = f.at<float>(ix);
+      const auto* a = static_cast<const uint8_t*>(f.ptr[size_t(ix)]);
       kernels::Epilogue ep = epilogue(f);
       for (size_t bi = 0; bi < xoff.size(); ++bi) {
         const int64_t co = int64_t(bi) * m * n;
         ep.residual = residual(f, co);
-        const kernels::MatrixRef ar{a + xoff[bi], kernels::ElemType::f32, lda, tx};
+        const kernels::MatrixRef ar{a + xoff[bi] * esa, ea, lda, tx};
         if (packed)
           kernels::gemm(m, ar, (*packed)[size_t(ybat[bi])], output(f, co), ep);
         else
           kernels::gemm(m, n, k, ar,
-                        kernels::MatrixRef{f.at<float>(iy) + ybat[bi] * k * n, kernels::ElemType::f32, ldb, ty},
+                        kernels::MatrixRef{static_cast<const uint8_t*>(f.ptr[size_t(iy)]) + ybat[bi] * k * n * esb,
+                                           eb, ldb, ty},
                         output(f, co), ep, math);
       }
     });
   }
   step->info.flops = 2.0 * double(xoff.size()) * double(m) * double(n) * double(k);
-  step->info.bytes = 4.0 * double(x.numel() + o.numel()) + b_bytes + (ib >= 0 ? 4.0 * double(n) : 0.0) +
+  step->info.bytes = double(esa) * double(x.numel()) + 4.0 * double(o.numel()) + b_bytes +
+                     (ib >= 0 ? 4.0 * double(n) : 0.0) +
                      (ir >= 0 ? 4.0 * double(o.numel()) : 0.0);
   return step;
 }

@@ -38,6 +38,11 @@ std::unique_ptr<Step> lower_transpose(const Op& op, LowerCtx& ctx) {
     src[size_t(i)] = xs[size_t(p)];
   }
   int ix = x.id, io = o.id, bytes = int(dtype_size(o.dtype));
+  if (o.dtype == DType::BF16 && x.dtype == DType::FP32)  // read only by bf16 products (CompileOptions::bf16_operands)
+    return make_step("transpose[to bf16]", op, [=](const Frame& f) {
+      kernels::strided_copy_f32_to_bf16(f.at<float>(ix), f.at<uint16_t>(io), rank, dims.data(), src.data(), dst.data());
+    });
+  if (o.dtype != x.dtype) throw_op_error(op, "internal: transpose between storage types");
   return make_step("transpose", op, [=](const Frame& f) {
     kernels::strided_copy(f.ptr[size_t(ix)], f.ptr[size_t(io)], rank, dims.data(), src.data(), dst.data(), bytes);
   });
