@@ -169,18 +169,29 @@ Dst convert(Src v, bool round) {
   }
 }
 
-// fp32 A stored [K, M] (a weight gradient's dYᵀ) -> bf16 rows along k.
-// A row's k pair (2p, 2p+1) is one 32-bit word, and a stored row pair gives
-// the words of all M rows at once (the vector pair conversion), so the
-// transpose moves words, not halves: per block, kPairs converted row pairs ×
-// kCols columns, then each column's words are copied out contiguously. (The
-// 16-bit tile transpose it replaces cost a quarter of the AMX weight-gradient
-// product's time on the seed layer.)
+// Two stored rows of bf16 bits to the words of their pairs: dst[j] = r0[j] |
+// r1[j] << 16 (r1 null: zeros). The interleave the compiler vectorizes.
+void bf16_row_pair_to_words(const uint16_t* r0, const uint16_t* r1, uint32_t* dst, int64_t n) {
+  if (!r1) {
+    for (int64_t j = 0; j < n; ++j) dst[j] = r0[j];
+    return;
+  }
+  for (int64_t j = 0; j < n; ++j) dst[j] = uint32_t(r0[j]) | uint32_t(r1[j]) << 16;
+}
+
+// A stored [K, M] (a weight gradient's dYᵀ), fp32 or bf16 -> bf16 rows along
+// k. A row's k pair (2p, 2p+1) is one 32-bit word, and a stored row pair
+// gives the words of all M rows at once (converted, or interleaved from
+// bf16), so the transpose moves words, not halves: per block, kPairs stored
+// row pairs × kCols columns, then each column's words are copied out
+// contiguously. (The 16-bit tile transpose it replaces cost a quarter of the
+// AMX weight-gradient product's time on the seed layer.)
+template <class Src>
 void pack_a_rows_from_pair_words(const MatrixRef& a, int64_t M, int64_t K, int64_t Kp, uint16_t* dst,
                                  int64_t lda_p, int threads) {
   constexpr int64_t kPairs = 16, kCols = 64;
   const int64_t pairs = Kp / 2;
-  const float* src = static_cast<const float*>(a.data);
+  const Src* src = static_cast<const Src*>(a.data);
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
   for (int64_t i0 = 0; i0 < M; i0 += kCols) {
     const int64_t ib = std::min(kCols, M - i0);
@@ -189,8 +200,10 @@ void pack_a_rows_from_pair_words(const MatrixRef& a, int64_t M, int64_t K, int64
       const int64_t pb = std::min(kPairs, pairs - p0);
       for (int64_t p = 0; p < pb; ++p) {
         const int64_t k = 2 * (p0 + p);
-        const float* r0 = src + k * a.ld + i0;
-        f32_row_pair_to_bf16_words(r0, k + 1 < K ? r0 + a.ld : nullptr, words[p], ib);
+        const Src* r0 = src + k * a.ld + i0;
+        const Src* r1 = k + 1 < K ? r0 + a.ld : nullptr;
+        if constexpr (std::is_same_v<Src, float>) f32_row_pair_to_bf16_words(r0, r1, words[p], ib);
+        else bf16_row_pair_to_words(r0, r1, words[p], ib);
       }
       for (int64_t ii = 0; ii < ib; ++ii) {
         uint16_t* d = dst + (i0 + ii) * lda_p + 2 * p0;
@@ -219,8 +232,8 @@ void pack_a_rows(const MatrixRef& a, int64_t M, int64_t K, int64_t Kp, bool roun
     }
     return;
   }
-  if constexpr (std::is_same_v<Dst, uint16_t> && std::is_same_v<Src, float>) {
-    pack_a_rows_from_pair_words(a, M, K, Kp, dst, lda_p, threads);
+  if constexpr (std::is_same_v<Dst, uint16_t>) {
+    pack_a_rows_from_pair_words<Src>(a, M, K, Kp, dst, lda_p, threads);
     return;
   }
   // Stored as [K, M]: transpose in tiles so reads and writes both stay in cache.
