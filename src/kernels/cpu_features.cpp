@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdlib>
 
+#include "kernels/generic/multiversion.h"
 #include "milrt/error.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -196,5 +197,23 @@ void set_isa(std::optional<Isa> isa) {
   require_usable(*isa, "");
   g_current_isa.store(int(*isa), std::memory_order_release);
 }
+
+namespace detail {
+
+int clone_level() {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  // The levels the clones target, as the CPU supports them (GCC's own test:
+  // x86-64-v3 also needs BMI2, LZCNT and MOVBE, which isa_usable() does not
+  // check).
+  static const int cpu = __builtin_cpu_supports("x86-64-v4") ? 4 : __builtin_cpu_supports("x86-64-v3") ? 3 : 1;
+  const Isa isa = current_isa();
+  const int want = isa == Isa::avx512 || isa == Isa::amx ? 4 : isa == Isa::avx2 ? 3 : 1;
+  return want < cpu ? want : cpu;
+#else
+  return 1;
+#endif
+}
+
+}  // namespace detail
 
 }  // namespace milrt::kernels

@@ -213,11 +213,12 @@ void exp_activation_threaded(Unary op, const float* x, float* y, int64_t n) {
 
 }  // namespace
 
-// The arithmetic loops are cloned per ISA (resolved once at load time) so the
+// The arithmetic loops are cloned per ISA (MILRT_CLONES: the current path's clone) so the
 // same source runs 16 lanes wide on AVX-512 machines and still runs anywhere;
 // exp-based ones on exp_poly (vec_math.h): libm's expf is a call per element.
-MILRT_CLONES
-void unary_vectorized_f32(Unary op, const float* x, float* y, int64_t n, float alpha, float beta) {
+MILRT_CLONES(void, unary_vectorized_f32,
+             (Unary op, const float* x, float* y, int64_t n, float alpha, float beta),
+             (op, x, y, n, alpha, beta)) {
   switch (op) {
     case Unary::Abs: for (int64_t i = 0; i < n; ++i) y[i] = std::fabs(x[i]); return;
     case Unary::Square: for (int64_t i = 0; i < n; ++i) y[i] = x[i] * x[i]; return;

@@ -25,12 +25,11 @@ constexpr size_t kMaxInputs = 64;
 
 [[noreturn]] void fail(const std::string& msg) { throw Error("elementwise program: " + msg); }
 
-// The arithmetic loops are cloned per ISA (resolved once at load time) so the
+// The arithmetic loops are cloned per ISA (MILRT_CLONES: the current path's clone) so the
 // same source runs 16 lanes wide on AVX-512 machines and still runs anywhere.
 // Operands may alias `o` exactly (registers are reused in place).
 
-MILRT_CLONES
-void binary_block(Binary op, const float* a, const float* b, float* o, int n) {
+MILRT_CLONES(void, binary_block, (Binary op, const float* a, const float* b, float* o, int n), (op, a, b, o, n)) {
   switch (op) {
     case Binary::Add: for (int i = 0; i < n; ++i) o[i] = a[i] + b[i]; return;
     case Binary::Sub: for (int i = 0; i < n; ++i) o[i] = a[i] - b[i]; return;
@@ -55,8 +54,7 @@ void binary_block(Binary op, const float* a, const float* b, float* o, int n) {
   }
 }
 
-MILRT_CLONES
-void splat(float* o, float v, int n) {
+MILRT_CLONES(void, splat, (float* o, float v, int n), (o, v, n)) {
   for (int i = 0; i < n; ++i) o[i] = v;
 }
 

@@ -38,7 +38,7 @@ void matmul_f32(const float* a, const float* b, float* c, int64_t batch, int64_t
 // Σ exp(p[i] − m) over a contiguous run: a vectorized exp (vec_math.h,
 // ~1 ulp) instead of libm's call per element, which made log-sum-exp over a
 // language model's logits (256 × 32000) cost 34 ms.
-MILRT_CLONES double exp_shift_sum_run(const float* p, int64_t n, float m) {
+MILRT_CLONES(double, exp_shift_sum_run, (const float* p, int64_t n, float m), (p, n, m)) {
   return lanes::sum(p, n, [m](float v) { return exp_poly(v - m); });
 }
 
@@ -98,8 +98,8 @@ void column_extremes(const float* x, int64_t n, int64_t stride, int64_t w, doubl
 
 // The extremes of a contiguous run, cloned per ISA: 16 lanes wide on AVX-512
 // (the template compiled for the baseline takes four).
-MILRT_CLONES float max_run(const float* x, int64_t n) { return extreme<true>(x, n); }
-MILRT_CLONES float min_run(const float* x, int64_t n) { return extreme<false>(x, n); }
+MILRT_CLONES(float, max_run, (const float* x, int64_t n), (x, n)) { return extreme<true>(x, n); }
+MILRT_CLONES(float, min_run, (const float* x, int64_t n), (x, n)) { return extreme<false>(x, n); }
 
 // The accumulated value of a reduction over one contiguous run of n.
 double reduce_run(Reduce op, const float* p, int64_t n) {

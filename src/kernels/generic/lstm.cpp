@@ -11,12 +11,12 @@ namespace {
 
 
 // act over n values in place. Sigmoid and tanh, the common gates, run as
-// vectorized loops (one clone per ISA, picked at load time); tanh is
+// vectorized loops (one clone per ISA, MILRT_CLONES); tanh is
 // 1 - 2 / (1 + e^2x), within 1e-7 absolute.
-MILRT_CLONES void sigmoid_all(float* v, int64_t n) {
+MILRT_CLONES(void, sigmoid_all, (float* v, int64_t n), (v, n)) {
   for (int64_t i = 0; i < n; ++i) v[i] = 1.0f / (1.0f + exp_poly(-v[i]));
 }
-MILRT_CLONES void tanh_all(float* v, int64_t n) {
+MILRT_CLONES(void, tanh_all, (float* v, int64_t n), (v, n)) {
   for (int64_t i = 0; i < n; ++i) v[i] = 1.0f - 2.0f / (1.0f + exp_poly(2.0f * v[i]));
 }
 

@@ -44,8 +44,9 @@ void scale_tile(const float* x, const float* gamma, const float* beta, float* y,
 // One row of rms_norm's backward (see norm.h); adds dy · xn to dw_acc.
 // Sums run in 16 fp32 lanes per block of lanes::kBlock, blocks added in fp64,
 // as lanes::sum does.
-MILRT_CLONES
-void rms_backward_row(const float* x, const float* w, const float* dy, float* dx, float* dw_acc, int64_t n, float eps) {
+MILRT_CLONES(void, rms_backward_row,
+             (const float* x, const float* w, const float* dy, float* dx, float* dw_acc, int64_t n, float eps),
+             (x, w, dy, dx, dw_acc, n, eps)) {
   double ss = 0, dot = 0;
   for (int64_t b = 0; b < n; b += lanes::kBlock) {
     const int64_t e = std::min(n, b + lanes::kBlock);

@@ -8,8 +8,9 @@
 namespace milrt::kernels {
 namespace {
 
-MILRT_CLONES
-void rope_row(const float* x, const float* c, const float* s, float* y, int64_t w, bool transpose) {
+MILRT_CLONES(void, rope_row,
+             (const float* x, const float* c, const float* s, float* y, int64_t w, bool transpose),
+             (x, c, s, y, w, transpose)) {
   // Both elements of a pair are read before either is written: y may be x.
   for (int64_t i = 0; i + 1 < w; i += 2) {
     const float a = x[i], b = x[i + 1];

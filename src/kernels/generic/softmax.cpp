@@ -36,7 +36,7 @@ void softmax_line(const float* x, float* y, int64_t n, float scale, const float*
 
 }  // namespace
 
-MILRT_CLONES float row_max_f32(const float* x, int64_t n) {
+MILRT_CLONES(float, row_max_f32, (const float* x, int64_t n), (x, n)) {
   float acc[kLanes];
   for (float& a : acc) a = kNegInf;
   int64_t j = 0;
@@ -48,7 +48,7 @@ MILRT_CLONES float row_max_f32(const float* x, int64_t n) {
   return m;
 }
 
-MILRT_CLONES float exp_shift_sum_f32(float* x, int64_t n, float m) {
+MILRT_CLONES(float, exp_shift_sum_f32, (float* x, int64_t n, float m), (x, n, m)) {
   float acc[kLanes] = {};
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes)
@@ -63,11 +63,11 @@ MILRT_CLONES float exp_shift_sum_f32(float* x, int64_t n, float m) {
   return s;
 }
 
-MILRT_CLONES void scale_row_f32(float* x, int64_t n, float s) {
+MILRT_CLONES(void, scale_row_f32, (float* x, int64_t n, float s), (x, n, s)) {
   for (int64_t j = 0; j < n; ++j) x[j] *= s;
 }
 
-MILRT_CLONES float dot_row_f32(const float* a, const float* b, int64_t n) {
+MILRT_CLONES(float, dot_row_f32, (const float* a, const float* b, int64_t n), (a, b, n)) {
   float acc[kLanes] = {};
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes)
@@ -78,12 +78,13 @@ MILRT_CLONES float dot_row_f32(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-MILRT_CLONES void softmax_grad_row_f32(const float* p, float* g, int64_t n, float d) {
+MILRT_CLONES(void, softmax_grad_row_f32, (const float* p, float* g, int64_t n, float d), (p, g, n, d)) {
   for (int64_t j = 0; j < n; ++j) g[j] = p[j] * (g[j] - d);
 }
 
-MILRT_CLONES void scaled_masked_softmax_f32(const float* x, float* y, int64_t outer, int64_t n, int64_t inner,
-                                                  float scale, const SoftmaxMask& mask) {
+MILRT_CLONES(void, scaled_masked_softmax_f32,
+             (const float* x, float* y, int64_t outer, int64_t n, int64_t inner, float scale, const SoftmaxMask& mask),
+             (x, y, outer, n, inner, scale, mask)) {
   if (inner == 1) {
     for (int64_t o = 0; o < outer; ++o)
       softmax_line(x + o * n, y + o * n, n, scale, mask.data ? mask.data + mask.offsets[o] : nullptr, mask.stride);

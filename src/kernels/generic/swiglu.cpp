@@ -14,16 +14,16 @@
 namespace milrt::kernels {
 namespace {
 
-MILRT_CLONES
-void forward_run(const float* a, const float* b, float* y, int64_t n) {
+MILRT_CLONES(void, forward_run, (const float* a, const float* b, float* y, int64_t n), (a, b, y, n)) {
   for (int64_t i = 0; i < n; ++i) {
     const float v = a[i], s = 1.0f / (1.0f + exp_poly(-v));
     y[i] = v * s * b[i];
   }
 }
 
-MILRT_CLONES
-void backward_run(const float* a, const float* b, const float* dy, float* da, float* db, int64_t n) {
+MILRT_CLONES(void, backward_run,
+             (const float* a, const float* b, const float* dy, float* da, float* db, int64_t n),
+             (a, b, dy, da, db, n)) {
   for (int64_t i = 0; i < n; ++i) {
     const float v = a[i], g = dy[i], u = b[i], s = 1.0f / (1.0f + exp_poly(-v));
     db[i] = g * v * s;
@@ -32,16 +32,16 @@ void backward_run(const float* a, const float* b, const float* dy, float* da, fl
 }
 
 // The same with bf16 results, rounded in the loop (one pass, vectorized).
-MILRT_CLONES
-void forward_run_bf16(const float* a, const float* b, uint16_t* y, int64_t n) {
+MILRT_CLONES(void, forward_run_bf16, (const float* a, const float* b, uint16_t* y, int64_t n), (a, b, y, n)) {
   for (int64_t i = 0; i < n; ++i) {
     const float v = a[i], s = 1.0f / (1.0f + exp_poly(-v));
     y[i] = f32_to_bf16_bits(v * s * b[i]);
   }
 }
 
-MILRT_CLONES
-void backward_run_bf16(const float* a, const float* b, const float* dy, uint16_t* da, uint16_t* db, int64_t n) {
+MILRT_CLONES(void, backward_run_bf16,
+             (const float* a, const float* b, const float* dy, uint16_t* da, uint16_t* db, int64_t n),
+             (a, b, dy, da, db, n)) {
   for (int64_t i = 0; i < n; ++i) {
     const float v = a[i], g = dy[i], u = b[i], s = 1.0f / (1.0f + exp_poly(-v));
     db[i] = f32_to_bf16_bits(g * v * s);

@@ -198,8 +198,10 @@ void weight_rows_generic(const WeightRef& w, int64_t j0, int64_t j1, int M, cons
 // clamped to ±127 first). Zero padding past k and past the block count lets
 // the SIMD rows load whole vectors of A and of its scales. sq (when not
 // null): 128 · Σ q per block, which the VNNI rows take off their sums.
-MILRT_CLONES void quantize_rows(int64_t M, const float* a, int64_t lda, int64_t K, int64_t block, int8_t* q,
-                                int64_t ldq, float* s, int32_t* sq, int64_t lds) {
+MILRT_CLONES(void, quantize_rows,
+             (int64_t M, const float* a, int64_t lda, int64_t K, int64_t block, int8_t* q, int64_t ldq, float* s,
+              int32_t* sq, int64_t lds),
+             (M, a, lda, K, block, q, ldq, s, sq, lds)) {
   const int64_t nb = K / block;
   constexpr float kMagic = 12582912.0f;  // 1.5·2^23
   for (int64_t i = 0; i < M; ++i) {
@@ -244,8 +246,10 @@ MILRT_CLONES void quantize_rows(int64_t M, const float* a, int64_t lda, int64_t 
 
 // Per A row, per block: the exact int32 Σ qa·q, times scale · activation
 // scale, added in block order.
-MILRT_CLONES void int8_rows_generic(const WeightRef& w, int64_t j0, int64_t j1, int M, const int8_t* qa,
-                                    int64_t ldq, const float* sa, int64_t lds, float* out, int64_t ldo) {
+MILRT_CLONES(void, int8_rows_generic,
+             (const WeightRef& w, int64_t j0, int64_t j1, int M, const int8_t* qa, int64_t ldq, const float* sa,
+              int64_t lds, float* out, int64_t ldo),
+             (w, j0, j1, M, qa, ldq, sa, lds, out, ldo)) {
   const int64_t block = w.block, nb = w.k / block;
   for (int64_t j = j0; j < j1; ++j) {
     const int8_t* row = static_cast<const int8_t*>(w.data) + j * w.ld;
@@ -291,7 +295,7 @@ void widen_rows_generic(const WeightRef& w, int64_t j0, int64_t j1, float* dst) 
 // ---- q4 -------------------------------------------------------------------------
 
 // The low nibble is element 2i; (v ^ 8) - 8 sign-extends a nibble.
-MILRT_CLONES void unpack_q4_generic(const uint8_t* src, int64_t k, int8_t* dst) {
+MILRT_CLONES(void, unpack_q4_generic, (const uint8_t* src, int64_t k, int8_t* dst), (src, k, dst)) {
   for (int64_t i = 0; i < k / 2; ++i) {
     dst[2 * i] = int8_t(((src[i] & 15) ^ 8) - 8);
     dst[2 * i + 1] = int8_t(((src[i] >> 4) ^ 8) - 8);
