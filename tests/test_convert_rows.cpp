@@ -1,5 +1,6 @@
-// fp32 <-> bf16 row conversions (kernels/convert_rows.h) on every vector path
-// this CPU can run, against milrt::f32_to_bf16 / bf16_to_f32 (dtype.h, the
+// fp32 <-> bf16 and fp16 row conversions (kernels/convert_rows.h) on every
+// vector path this CPU can run, against milrt::f32_to_bf16 / bf16_to_f32 /
+// f32_to_f16 / f16_to_f32 (dtype.h, the
 // out-of-line scalar definitions) element by element: ties, subnormals,
 // infinities, NaNs (signalling ones come back quiet), every length up to a
 // few vector widths, and nothing written past the end. Paths the CPU lacks
@@ -95,6 +96,44 @@ TEST(ConvertRows, Bf16ToF32IsExactOnEveryPath) {
       }
       ASSERT_EQ(out[size_t(n)], 7.0f) << "written past n = " << n;
     }
+  });
+}
+
+// fp16 rows: every awkward fp32 value and the same values scaled into
+// fp16's range (its subnormals, ties at its precision, overflow to
+// infinity) against milrt::f32_to_f16; every one of the 65536 fp16 bit
+// patterns back to fp32 against milrt::f16_to_f32, bit for bit.
+TEST(ConvertRows, F32ToF16MatchesTheScalarDefinitionOnEveryPath) {
+  std::vector<float> values = awkward_values();
+  const size_t base = values.size();
+  for (size_t i = 0; i < base; ++i)
+    for (float scale : {1e-30f, 1e-36f, 1e-40f})
+      if (std::isfinite(values[i])) values.push_back(values[i] * scale);
+  for (float v : {65504.0f, 65520.0f, 65519.996f, 5.9604645e-8f, 2.9802322e-8f, 8.940697e-8f, 1.0009766f, 1.0004883f})
+    values.push_back(v), values.push_back(-v);
+  on_every_path([&] {
+    for (int64_t n : {int64_t(0), int64_t(1), int64_t(7), int64_t(8), int64_t(9), int64_t(values.size())}) {
+      std::vector<uint16_t> out(size_t(n) + 1, 0xabcd);
+      kernels::f32_to_f16_row(values.data(), out.data(), n);
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(out[size_t(i)], f32_to_f16(values[size_t(i)])) << "n " << n << " element " << i << " value "
+                                                                  << values[size_t(i)];
+      ASSERT_EQ(out[size_t(n)], 0xabcd) << "written past n = " << n;
+    }
+  });
+}
+
+TEST(ConvertRows, F16ToF32IsExactForEveryBitPatternOnEveryPath) {
+  std::vector<uint16_t> all(65536);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = uint16_t(i);
+  on_every_path([&] {
+    std::vector<float> out(all.size() + 1, 7.0f);
+    kernels::f16_to_f32_row(all.data(), out.data(), int64_t(all.size()) - 3);
+    for (size_t i = 0; i + 3 < all.size(); ++i) {
+      const float want = f16_to_f32(all[i]);
+      ASSERT_EQ(std::memcmp(&out[i], &want, 4), 0) << "fp16 bits " << std::hex << all[i];
+    }
+    ASSERT_EQ(out[all.size() - 3], 7.0f) << "written past n";
   });
 }
 

@@ -27,7 +27,8 @@ bool dtype_is_signed(DType t);
 double dtype_min(DType t);
 double dtype_max(DType t);
 
-// IEEE half and bfloat16 conversions, round-to-nearest-even.
+// IEEE half and bfloat16 conversions, round-to-nearest-even; a NaN converts
+// to a quiet NaN keeping its payload's top bits (as F16C and AArch64's FCVT).
 uint16_t f32_to_f16(float f);
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_bf16(float f);

@@ -14,6 +14,12 @@ namespace milrt::kernels {
 void f32_to_bf16_row(const float* src, uint16_t* dst, int64_t n);
 void bf16_to_f32_row(const uint16_t* src, float* dst, int64_t n);
 
+// fp16 bits <-> fp32 rows, rounding as milrt::f32_to_f16 (nearest-even): a
+// plan's fp16 inputs and outputs, and fp16 numerics' rounding. F16C on the
+// AVX2 path and above.
+void f16_to_f32_row(const uint16_t* src, float* dst, int64_t n);
+void f32_to_f16_row(const float* src, uint16_t* dst, int64_t n);
+
 // Two fp32 rows to the 32-bit words of a bf16 pair panel (gemm_micro.h's
 // bf16_pairs B layout): dst[j] = bf16(r0[j]) | bf16(r1[j]) << 16. r1 null
 // stands for a row of zeros (the padding row of an odd K). Packing a weight

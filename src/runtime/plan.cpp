@@ -1,8 +1,5 @@
 // compile(): passes, lowering of every op to a Step, memory planning; and
 // Plan::run(): bind addresses, convert inputs, run the steps, convert outputs.
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,7 +25,7 @@
 #include "runtime/memory_plan.h"
 #include "runtime/numerics.h"
 #include "runtime/views.h"
-#include "kernels/cpu_features.h"
+#include "kernels/convert_rows.h"
 #include "kernels/generic/copy.h"
 #include "kernels/generic/round_f16.h"
 #include "runtime/gemm_tuning.h"
@@ -255,51 +252,15 @@ struct Plan::Impl {
 
 namespace {
 
-// ---- conversions at the plan's edges: fp16 <-> fp32 vectorized where F16C exists
-
-#if defined(__x86_64__)
-__attribute__((target("avx,f16c"))) void f16_to_f32_f16c(const uint16_t* s, float* d, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i))));
-  for (; i < n; ++i) d[i] = f16_to_f32(s[i]);
-}
-
-__attribute__((target("avx,f16c"))) void f32_to_f16_f16c(const float* s, uint16_t* d, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i),
-                     _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  for (; i < n; ++i) d[i] = f32_to_f16(s[i]);
-}
-#else
-// Off x86 cpu_features().f16c is false and these are never called.
-void f16_to_f32_f16c(const uint16_t* s, float* d, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) d[i] = f16_to_f32(s[i]);
-}
-void f32_to_f16_f16c(const float* s, uint16_t* d, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) d[i] = f32_to_f16(s[i]);
-}
-#endif
+// ---- conversions at the plan's edges
 
 // n elements from dtype `from` to `to`, rounding as a cast does.
 void convert(const void* src, DType from, int64_t n, void* dst, DType to) {
   if (n <= 0) return;
-  static const bool f16c = kernels::cpu_features().f16c;
-  if (from == DType::FP16 && to == DType::FP32) {
-    auto* s = static_cast<const uint16_t*>(src);
-    auto* d = static_cast<float*>(dst);
-    if (f16c) return f16_to_f32_f16c(s, d, n);
-    for (int64_t i = 0; i < n; ++i) d[i] = f16_to_f32(s[i]);
-    return;
-  }
-  if (from == DType::FP32 && to == DType::FP16) {
-    auto* s = static_cast<const float*>(src);
-    auto* d = static_cast<uint16_t*>(dst);
-    if (f16c) return f32_to_f16_f16c(s, d, n);
-    for (int64_t i = 0; i < n; ++i) d[i] = f32_to_f16(s[i]);
-    return;
-  }
+  if (from == DType::FP16 && to == DType::FP32)
+    return kernels::f16_to_f32_row(static_cast<const uint16_t*>(src), static_cast<float*>(dst), n);
+  if (from == DType::FP32 && to == DType::FP16)
+    return kernels::f32_to_f16_row(static_cast<const float*>(src), static_cast<uint16_t*>(dst), n);
   kernels::convert(src, from, n, dst, to);  // memcpy when equal, else per element
 }
 

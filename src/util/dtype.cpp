@@ -128,7 +128,9 @@ uint16_t f32_to_f16(float f) {
   uint32_t x = f32_bits(f);
   uint32_t sign = (x >> 16) & 0x8000;
   uint32_t absx = x & 0x7fffffff;
-  if (absx > 0x7f800000) return uint16_t(sign | 0x7e00);             // NaN
+  // NaN: quiet, the payload's top 10 bits kept (IEEE 754's conversion, as
+  // F16C's VCVTPS2PH and AArch64's FCVT do).
+  if (absx > 0x7f800000) return uint16_t(sign | 0x7e00 | ((absx & 0x7fffff) >> 13));
   if (absx >= 0x477ff000) return uint16_t(sign | 0x7c00);             // overflow -> inf (rounds past 65504)
   if (absx < 0x38800000) {                                             // subnormal or zero in half
     // value = absx as float; half subnormal unit = 2^-24
@@ -151,7 +153,7 @@ float f16_to_f32(uint16_t h) {
     float r = std::ldexp(float(man), -24);
     return sign ? -r : r;
   }
-  if (exp == 31) return bits_f32(sign | 0x7f800000 | (man << 13));
+  if (exp == 31) return bits_f32(sign | 0x7f800000 | (man ? 0x400000u : 0u) | (man << 13));  // a NaN comes back quiet
   return bits_f32(sign | ((exp - 15 + 127) << 23) | (man << 13));
 }
 uint16_t f32_to_bf16(float f) {

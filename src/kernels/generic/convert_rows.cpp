@@ -4,6 +4,7 @@
 
 #include "kernels/bf16_bits.h"
 #include "kernels/cpu_features.h"
+#include "milrt/dtype.h"
 
 namespace milrt::kernels {
 
@@ -15,7 +16,23 @@ void bf16_to_f32_row_avx2(const uint16_t* src, float* dst, int64_t n);
 void f32_row_pair_to_bf16_words_avx512(const float* r0, const float* r1, uint32_t* dst, int64_t n);
 void f32_row_pair_to_bf16_words_avx2(const float* r0, const float* r1, uint32_t* dst, int64_t n);
 void bf16_rows_to_pair_panel_avx512(const uint16_t* src, int64_t ld, int64_t width, int64_t K, int64_t nr, uint32_t* words);
+void f16_to_f32_row_f16c(const uint16_t* src, float* dst, int64_t n);
+void f32_to_f16_row_f16c(const float* src, uint16_t* dst, int64_t n);
 #endif
+
+void f16_to_f32_row(const uint16_t* src, float* dst, int64_t n) {
+#if defined(__x86_64__)
+  if (current_isa() >= Isa::avx2) return f16_to_f32_row_f16c(src, dst, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(src[i]);
+}
+
+void f32_to_f16_row(const float* src, uint16_t* dst, int64_t n) {
+#if defined(__x86_64__)
+  if (current_isa() >= Isa::avx2) return f32_to_f16_row_f16c(src, dst, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_f16(src[i]);
+}
 
 void f32_to_bf16_row(const float* src, uint16_t* dst, int64_t n) {
 #if defined(__x86_64__)

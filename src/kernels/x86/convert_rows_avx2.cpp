@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "milrt/dtype.h"
+
 namespace milrt::kernels {
 
 namespace {
@@ -77,6 +79,23 @@ __attribute__((target("avx2"))) void f32_row_pair_to_bf16_words_avx2(const float
     eight(a, r1 ? b : nullptr, out);
     std::memcpy(dst + i, out, size_t(n - i) * 4);
   }
+}
+
+// fp16 <-> fp32 rows on F16C (part of the AVX2 path): VCVTPS2PH rounds to
+// nearest-even, as milrt::f32_to_f16; the tails go through those functions.
+__attribute__((target("avx,f16c"))) void f16_to_f32_row_f16c(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+  for (; i < n; ++i) dst[i] = f16_to_f32(src[i]);
+}
+
+__attribute__((target("avx,f16c"))) void f32_to_f16_row_f16c(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  for (; i < n; ++i) dst[i] = f32_to_f16(src[i]);
 }
 
 }  // namespace milrt::kernels
