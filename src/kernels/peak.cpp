@@ -8,110 +8,28 @@
 
 #include "kernels/cpu_features.h"
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
+#include "kernels/x86/peak_loops.h"
 
 namespace milrt::kernels {
 namespace {
 
-constexpr int kChains = 16;     // independent accumulators: hides the FMA latency
-constexpr int kRepeats = 4096;  // iterations between clock reads
+using x86::kChains;
+using x86::kRepeats;
+#if defined(__x86_64__)
+using x86::loop_amx_bf16;
+using x86::loop_avx2_fma;
+using x86::loop_avx512_bf16;
+using x86::loop_avx512_fma;
+using x86::sum_avx2;
+using x86::sum_avx512;
+using x86::update_avx2;
+using x86::update_avx512;
+#endif
 
 using Clock = std::chrono::steady_clock;
 
-// FLOPs done by one call of each loop body below.
-#if defined(__x86_64__)
-__attribute__((target("avx512f"))) double loop_avx512_fma(long calls) {
-  __m512 acc[kChains];
-  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(float(i));
-  const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-6f);
-  for (long c = 0; c < calls; ++c)
-    for (int r = 0; r < kRepeats; ++r) {
-#pragma GCC unroll 16
-      for (int i = 0; i < kChains; ++i) acc[i] = _mm512_fmadd_ps(acc[i], x, y);
-    }
-  for (int i = 1; i < kChains; ++i) acc[0] = _mm512_add_ps(acc[0], acc[i]);
-  float out[16];  // (not _mm512_reduce_add_ps: GCC 12 warns inside it)
-  _mm512_storeu_ps(out, acc[0]);
-  volatile float sink = out[0];
-  (void)sink;
-  return 2.0 * 16 * kChains * kRepeats * double(calls);
-}
-
-__attribute__((target("avx512f,avx512bf16"))) double loop_avx512_bf16(long calls) {
-  __m512 acc[kChains];
-  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(float(i));
-  const __m512i x = _mm512_set1_epi16(0x3f80), y = _mm512_set1_epi16(0x3380);  // 1.0, ~6e-8
-  for (long c = 0; c < calls; ++c)
-    for (int r = 0; r < kRepeats; ++r) {
-#pragma GCC unroll 16
-      for (int i = 0; i < kChains; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], (__m512bh)x, (__m512bh)y);
-    }
-  for (int i = 1; i < kChains; ++i) acc[0] = _mm512_add_ps(acc[0], acc[i]);
-  float out[16];  // (not _mm512_reduce_add_ps: GCC 12 warns inside it)
-  _mm512_storeu_ps(out, acc[0]);
-  volatile float sink = out[0];
-  (void)sink;
-  return 2.0 * 32 * kChains * kRepeats * double(calls);
-}
-
-// AMX: four independent 16x16 fp32 accumulator tiles, each fed by two of
-// four bf16 operand tiles (the GEMM kernel's 32x32 register tile), so
-// consecutive tdpbf16ps never wait on each other. Tiles hold zeros: the
-// instruction's speed does not depend on the data. 16·16·32 multiply-adds
-// per instruction. cpu_features() has asked Linux for tile permission.
-__attribute__((target("amx-tile,amx-bf16"))) double loop_amx_bf16(long calls) {
-  // LDTILECFG's operand, static: GCC does not see the instruction read a
-  // local array and drops the stores that fill one.
-  alignas(64) static const unsigned char cfg[64] = {
-      1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,       // palette 1
-      64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0, 64, 0,  // tiles 0-7: 64 bytes per row
-      0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-      16, 16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0};  // 16 rows each
-  _tile_loadconfig(cfg);
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
-  _tile_zero(4);
-  _tile_zero(5);
-  _tile_zero(6);
-  _tile_zero(7);
-  constexpr int kTileRepeats = kRepeats / 4;
-  for (long c = 0; c < calls; ++c)
-    for (int r = 0; r < kTileRepeats; ++r) {
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(1, 4, 7);
-      _tile_dpbf16ps(2, 5, 6);
-      _tile_dpbf16ps(3, 5, 7);
-    }
-  _tile_release();
-  return 2.0 * 16 * 16 * 32 * 4 * kTileRepeats * double(calls);
-}
-
-// 12 chains, not kChains: AVX2 has 16 ymm registers, and 16 accumulators
-// plus the two operands would spill, halving the measured peak. 12 still
-// covers two FMA pipes of latency 4-5.
-constexpr int kChainsAvx2 = 12;
-
-__attribute__((target("avx2,fma"))) double loop_avx2_fma(long calls) {
-  __m256 acc[kChainsAvx2];
-  for (int i = 0; i < kChainsAvx2; ++i) acc[i] = _mm256_set1_ps(float(i));
-  const __m256 x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-6f);
-  for (long c = 0; c < calls; ++c)
-    for (int r = 0; r < kRepeats; ++r) {
-#pragma GCC unroll 12
-      for (int i = 0; i < kChainsAvx2; ++i) acc[i] = _mm256_fmadd_ps(acc[i], x, y);
-    }
-  float out[8];
-  for (int i = 1; i < kChainsAvx2; ++i) acc[0] = _mm256_add_ps(acc[0], acc[i]);
-  _mm256_storeu_ps(out, acc[0]);
-  volatile float sink = out[0];
-  (void)sink;
-  return 2.0 * 8 * kChainsAvx2 * kRepeats * double(calls);
-}
-#endif
+// FLOPs done by one call of each loop body: the vector loops are in
+// kernels/x86/peak_loops.cpp.
 
 double loop_scalar(long calls) {
   float acc[kChains];
@@ -137,47 +55,8 @@ Loop pick(PeakKind kind) {
   return loop_scalar;
 }
 
-// Streaming loops of the bandwidth measurements: n is a multiple of 64.
-// Four accumulators keep the adds off the critical path.
-#if defined(__x86_64__)
-__attribute__((target("avx512f"))) float sum_avx512(const float* x, size_t n) {
-  __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-  for (size_t i = 0; i < n; i += 64) {
-    s0 = _mm512_add_ps(s0, _mm512_loadu_ps(x + i));
-    s1 = _mm512_add_ps(s1, _mm512_loadu_ps(x + i + 16));
-    s2 = _mm512_add_ps(s2, _mm512_loadu_ps(x + i + 32));
-    s3 = _mm512_add_ps(s3, _mm512_loadu_ps(x + i + 48));
-  }
-  float out[16];
-  _mm512_storeu_ps(out, _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
-  return out[0];
-}
-
-__attribute__((target("avx2"))) float sum_avx2(const float* x, size_t n) {
-  __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-  for (size_t i = 0; i < n; i += 32) {
-    s0 = _mm256_add_ps(s0, _mm256_loadu_ps(x + i));
-    s1 = _mm256_add_ps(s1, _mm256_loadu_ps(x + i + 8));
-    s2 = _mm256_add_ps(s2, _mm256_loadu_ps(x + i + 16));
-    s3 = _mm256_add_ps(s3, _mm256_loadu_ps(x + i + 24));
-  }
-  float out[8];
-  _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-  return out[0];
-}
-
-__attribute__((target("avx512f"))) void update_avx512(float* x, const float* y, size_t n) {
-  const __m512 a = _mm512_set1_ps(0.5f);
-  for (size_t i = 0; i < n; i += 16)
-    _mm512_storeu_ps(x + i, _mm512_fmadd_ps(_mm512_loadu_ps(x + i), a, _mm512_loadu_ps(y + i)));
-}
-
-__attribute__((target("avx2,fma"))) void update_avx2(float* x, const float* y, size_t n) {
-  const __m256 a = _mm256_set1_ps(0.5f);
-  for (size_t i = 0; i < n; i += 8)
-    _mm256_storeu_ps(x + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), a, _mm256_loadu_ps(y + i)));
-}
-#endif
+// Streaming loops of the bandwidth measurements (n a multiple of 64): the
+// vector ones are in kernels/x86/peak_loops.cpp.
 
 float sum_scalar(const float* x, size_t n) {
   float s[8] = {};

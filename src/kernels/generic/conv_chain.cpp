@@ -2,9 +2,6 @@
 
 #include <algorithm>
 #include <omp.h>
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 #include "kernels/grow_buffer.h"
 #include "kernels/threads.h"
@@ -41,30 +38,23 @@ int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 int64_t row_stride(int64_t c) { return c % 1024 == 0 ? c + 16 : c; }
 
 // dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols: 4x4 blocks
-// through SSE registers (x86-64's baseline), the ragged edges one by one.
+// through a local tile (the compiler keeps it in registers and shuffles),
+// the ragged edges one by one.
 void transpose(const float* src, int64_t lds, int64_t rows, int64_t cols, float* dst, int64_t ldd) {
-  int64_t r0 = 0, c0 = 0;
-#if defined(__x86_64__)
   const int64_t r4 = rows - rows % 4, c4 = cols - cols % 4;
   for (int64_t r = 0; r < r4; r += 4)
     for (int64_t c = 0; c < c4; c += 4) {
-      const float* s = src + r * lds + c;
-      __m128 a = _mm_loadu_ps(s), b = _mm_loadu_ps(s + lds), e = _mm_loadu_ps(s + 2 * lds),
-             f = _mm_loadu_ps(s + 3 * lds);
-      _MM_TRANSPOSE4_PS(a, b, e, f);
-      float* d = dst + c * ldd + r;
-      _mm_storeu_ps(d, a);
-      _mm_storeu_ps(d + ldd, b);
-      _mm_storeu_ps(d + 2 * ldd, e);
-      _mm_storeu_ps(d + 3 * ldd, f);
+      float t[4][4];
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) t[j][i] = src[(r + i) * lds + c + j];
+      for (int j = 0; j < 4; ++j)
+        for (int i = 0; i < 4; ++i) dst[(c + j) * ldd + r + i] = t[j][i];
     }
   // What remains: the columns past c4 of rows < r4, then the rows past r4.
   for (int64_t r = 0; r < r4; ++r)
     for (int64_t c = c4; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
-  r0 = r4;
-#endif
-  for (int64_t r = r0; r < rows; ++r)
-    for (int64_t c = c0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
+  for (int64_t r = r4; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
 }
 
 // The part of a link's activation the GEMM's epilogue applies; the rest
