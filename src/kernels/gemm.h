@@ -29,6 +29,8 @@ namespace milrt::kernels {
 
 // Storage type of a matrix. A and B: f32 or bf16. C and the residual: any.
 enum class ElemType : uint8_t { f32, f16, bf16 };
+// Bytes per element of a storage type.
+size_t elem_bytes(ElemType t);
 
 // The epilogue accepts none, relu, sigmoid, silu and gelu_tanh (see
 // gemm_supports); the rest of kernels/activation.h is refused in one line.

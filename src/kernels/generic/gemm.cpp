@@ -32,6 +32,8 @@
 
 namespace milrt::kernels {
 
+size_t elem_bytes(ElemType t) { return t == ElemType::f32 ? 4 : 2; }
+
 namespace detail {
 
 
@@ -116,7 +118,6 @@ using detail::PackFormat;
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-size_t elem_bytes(ElemType t) { return t == ElemType::f32 ? 4 : 2; }
 size_t format_bytes(PackFormat f) { return f == PackFormat::f32 ? 4 : 2; }
 
 // K as stored in packed operands: pairs need an even count.

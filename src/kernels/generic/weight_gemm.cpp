@@ -489,8 +489,6 @@ void widen(const WeightRef& w, int64_t j0, int64_t j1, float* dst, Isa isa) {
   widen_rows_generic(w, j0, j1, dst);
 }
 
-size_t elem_bytes(ElemType t) { return t == ElemType::f32 ? 4 : 2; }
-
 void panels(int64_t M, const float* a, int64_t lda, const WeightRef& w, float* c, int64_t ldc, const Epilogue& ep,
             Isa isa) {
   const int64_t N = w.n, K = w.k;

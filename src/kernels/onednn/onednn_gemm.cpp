@@ -63,7 +63,6 @@ dt to_dt(ElemType t) {
   return dt::undef;
 }
 
-size_t elem_size(ElemType t) { return t == ElemType::f32 ? 4 : 2; }
 
 dnnl::engine& cpu_engine() {
   static dnnl::engine e(dnnl::engine::kind::cpu, 0);
@@ -296,7 +295,7 @@ OnednnGemm::OnednnGemm(const OnednnGemmDesc& desc) : impl_(std::make_unique<Impl
       const void* src = d.b.data;
       if (p.convert_b) {
         const int64_t rows = d.b.trans ? d.n : d.k, len = d.b.trans ? d.k : d.n;
-        tmp.reset(new uint8_t[size_t(rows * len) * elem_size(p.compute)]);
+        tmp.reset(new uint8_t[size_t(rows * len) * elem_bytes(p.compute)]);
         convert_dense(d.b.data, d.b.type, rows, len, d.b.ld, tmp.get());
         src = tmp.get();
       }
@@ -332,14 +331,14 @@ void OnednnGemm::run(const void* a, const void* b, const OutputRef& c, const flo
 
   ThreadBuffers& buf = thread_buffers();
   if (p.convert_a) {
-    void* t = buf.a.get(size_t(d.m * d.k) * elem_size(p.compute));
+    void* t = buf.a.get(size_t(d.m * d.k) * elem_bytes(p.compute));
     if (d.a.trans) convert_dense_transposed(a, d.a.type, d.m, d.k, d.a.ld, t);
     else convert_dense(a, d.a.type, d.m, d.k, d.a.ld, t);
     a = t;
   }
   if (!d.b_const && p.convert_b) {
     const int64_t rows = d.b.trans ? d.n : d.k, len = d.b.trans ? d.k : d.n;
-    void* t = buf.b.get(size_t(rows * len) * elem_size(p.compute));
+    void* t = buf.b.get(size_t(rows * len) * elem_bytes(p.compute));
     convert_dense(b, d.b.type, rows, len, d.b.ld, t);
     b = t;
   }
@@ -355,8 +354,8 @@ void OnednnGemm::run(const void* a, const void* b, const OutputRef& c, const flo
     residual = nullptr;  // the sum post-op reads C before writing it
   } else if (residual) {
     // A residual overlapping C would be read after the product overwrote C.
-    const size_t rsize = size_t((d.m - 1) * d.residual_ld + d.n) * elem_size(d.residual_type);
-    const size_t csize = size_t((d.m - 1) * d.c_ld + d.n) * elem_size(d.c_type);
+    const size_t rsize = size_t((d.m - 1) * d.residual_ld + d.n) * elem_bytes(d.residual_type);
+    const size_t csize = size_t((d.m - 1) * d.c_ld + d.n) * elem_bytes(d.c_type);
     const auto* r0 = static_cast<const uint8_t*>(residual);
     const auto* c0 = static_cast<const uint8_t*>(c.data);
     if (r0 < c0 + csize && c0 < r0 + rsize) {

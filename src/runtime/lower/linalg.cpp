@@ -249,7 +249,7 @@ std::unique_ptr<Step> lower_gemm(const Op& op, LowerCtx& ctx, const GemmLowering
   };
   const kernels::ElemType ea = operand_type(x), eb = operand_type(y);
   if (o.dtype != DType::FP32) throw_op_error(op, "only float operands compile");
-  const int64_t esa = ea == kernels::ElemType::bf16 ? 2 : 4, esb = eb == kernels::ElemType::bf16 ? 2 : 4;
+  const int64_t esa = int64_t(kernels::elem_bytes(ea)), esb = int64_t(kernels::elem_bytes(eb));
   const GemmShape g = gemm_shape(op, x.shape, y.shape, gl.transpose_x, gl.transpose_y);
   const int64_t m = g.m, n = g.n, k = g.k;
   if (int64_t(g.xoff.size()) * m * n != o.numel())
