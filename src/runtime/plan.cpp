@@ -609,6 +609,12 @@ Plan compile(const Program& program, const CompileOptions& options) {
                   "), more than the memory limit of " + limit_str(limit));
   }
 
+  // A value of the function in the plan, stored as bf16 where chosen above.
+  auto add_val_stored = [&](const Output& o, Kind kind) {
+    const int id = P.add_val(o.name, o.type.dtype, o.type.shape, kind);
+    if (bf16_values.count(o.name)) P.vals[size_t(id)].dtype = DType::BF16;
+    return id;
+  };
   Lowerer lower(P);
   lower.bf16_matmuls = options.matmul_precision == CompileOptions::MatmulPrecision::bf16;
   lower.int8_activations = options.activation_precision == CompileOptions::ActivationPrecision::int8;
@@ -641,15 +647,13 @@ Plan compile(const Program& program, const CompileOptions& options) {
         int id = P.add_val(o.name, o.type.dtype, o.type.shape, Kind::Alias);
         P.vals[size_t(id)].alias = P.ids.at(it->second);
       } else if (auto v = views.find(o.name); v != views.end()) {
-        int id = P.add_val(o.name, o.type.dtype, o.type.shape, Kind::View);
+        int id = add_val_stored(o, Kind::View);
         P.vals[size_t(id)].alias = P.ids.at(v->second);
-        if (bf16_values.count(o.name)) P.vals[size_t(id)].dtype = DType::BF16;
         P.view_ids.push_back(id);
       } else if (is_output(o.name) || output_roots.count(o.name)) {
         P.add_owned(o.name, o.type.dtype, o.type.shape, Kind::Output);
       } else {
-        const int id = P.add_val(o.name, o.type.dtype, o.type.shape, Kind::Arena);
-        if (bf16_values.count(o.name)) P.vals[size_t(id)].dtype = DType::BF16;
+        add_val_stored(o, Kind::Arena);
       }
     }
     if (op.outputs.size() == 1 && views.count(op.outputs[0].name)) continue;
