@@ -1,0 +1,197 @@
+// The second seed's training loop through the Neural Engine backend on the
+// simulated device (llm/ane_seed_training.h), against the CPU trainer's
+// fp16 seed-layer program (`milrt train --config seed-layer --precision
+// fp16`): the same layer, loss and Adam recipe, differentiated by autodiff
+// instead of the seed's hand-written backward kernels.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "ane/sim_device.h"
+#include "llm/ane_seed_training.h"
+#include "llm/seed_layer_builder.h"
+#include "llm/train_tasks.h"
+#include "llm/trainer.h"
+#include "milrt/error.h"
+#include "support/test_util.h"
+#include "test_cli_util.h"
+
+namespace milrt::test {
+namespace {
+
+using namespace milrt::llm;
+
+// dim 64, hidden 128, 4 heads, seq 32 (a multiple of 32, the engine's rows).
+SeedLayerConfig small_layer() { return SeedLayerConfig{64, 128, 4, 32}; }
+constexpr int64_t kSteps = 10;
+
+AneDeviceFactory sim_devices(size_t max_compiles = 119) {
+  return [max_compiles] {
+    auto sim = std::make_shared<ane::SimDevice>(ane::SimLimits{max_compiles});
+    return std::shared_ptr<milrt_ane_device>(sim, sim->table());
+  };
+}
+
+struct AneRun {
+  AneTrainLog log;
+  TensorMap weights;
+};
+
+AneRun run_ane(size_t budget = 119, size_t resident = 6, int64_t steps = kSteps) {
+  const SeedLayerConfig c = small_layer();
+  TensorMap all = seed_layer_synthetic_inputs(c, 42);
+  AneRun r;
+  for (const WeightSpec& w : seed_layer_weight_specs(c)) r.weights[w.name] = all.at(w.name).clone();
+  AneTrainOptions o;
+  o.steps = steps;
+  o.adamw = seed_adamw(steps);
+  o.compile_budget = budget;
+  o.max_resident = resident;
+  r.log = train_seed_layer_ane(c, all.at("x"), all.at("target"), r.weights, o, sim_devices(budget));
+  return r;
+}
+
+// The independent path: the CPU trainer on the fp16 program, same recipe.
+struct CpuRun {
+  TrainLog log;
+  TensorMap weights;
+};
+
+CpuRun run_cpu() {
+  TrainTask t = seed_layer_task(small_layer(), 42, DType::FP16);
+  CpuRun r;
+  r.weights = t.init_weights;
+  TrainOptions o;
+  o.steps = kSteps;
+  o.accum = 1;
+  o.adamw = seed_adamw(kSteps);
+  o.eval_batches = 1;
+  r.log = train(t, o, r.weights);
+  return r;
+}
+
+bool same_weights(const TensorMap& a, const TensorMap& b) {
+  for (const auto& [name, t] : a)
+    if (!t.same_bytes(b.at(name))) return false;
+  return a.size() == b.size();
+}
+
+// Tolerances. Both runs round every activation to fp16 (relative 2^-11 ≈
+// 4.9e-4) but in different places: the engine rounds the seed's kernel
+// outputs and its inputs (dy, dx2 ...), the CPU program rounds per op of
+// its own op sequence and scales the loss by 2^15 before the backward pass.
+// The output y (|y| ≈ 0.1–1) then differs by a few fp16 ulps per element:
+// relative ε ≈ 3·2^-11 ≈ 1.5e-3. The loss is mean(e²) with e = y − target,
+// so ΔL ≈ 2·mean(e·δy): at worst (every δy with the sign of e)
+// |ΔL| / L ≈ 2ε = 3e-3; rounding errors have independent signs, so over
+// N = seq·dim = 2048 elements the sum shrinks by about √N ≈ 45, to
+// about 7e-5 (measured: at most 8e-5 over the ten steps). Ten Adam steps
+// add a difference where elements with gradients within rounding of zero
+// move opposite ways, small against the loss's 5x decrease. kLossRel = 1e-3
+// allows about 15 times the independent-sign estimate and a third of the
+// worst case: a wrong gradient term moves the loss by more (see the
+// mutation notes in the report).
+constexpr double kLossRel = 1e-3;
+// The weights: ten updates of each element are ±lr·(m̂/√v̂) ≈ ±lr, so any
+// two runs from the same start stay within 2·10·lr of each other whatever
+// their gradients: a bound on |Δw| would prove nothing. What the gradients
+// decide is the direction of the updates, so the test compares the update
+// vectors u = w10 − w0 of each tensor: ‖u_ane − u_cpu‖ ≤ kUpdateRel ‖u_cpu‖.
+// Each update of an element is about ±lr (Adam's m̂/√v̂ has magnitude
+// about 1 while the gradient's sign holds), so if a fraction f of the
+// elements got the opposite sign at every step, ‖u_ane − u_cpu‖ / ‖u_cpu‖
+// would be about 2√f. Only gradients within fp16 rounding of zero can
+// disagree; kUpdateRel = 0.05 allows f up to 6e-4 (measured: at most 0.01,
+// f ≈ 3e-5). A dropped or wrong gradient term turns a tensor's update
+// around or leaves it at zero (relative difference near 1 or more).
+constexpr double kUpdateRel = 0.05;
+
+double update_difference(const Tensor& w0, const Tensor& a, const Tensor& b) {
+  const float *p0 = w0.ptr<float>(), *pa = a.ptr<float>(), *pb = b.ptr<float>();
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < w0.numel(); ++i) {
+    const double ua = double(pa[i]) - p0[i], ub = double(pb[i]) - p0[i];
+    num += (ua - ub) * (ua - ub);
+    den += ub * ub;
+  }
+  return std::sqrt(num / den);
+}
+
+TEST(AneSeedTraining, MatchesTheCpuTrainerForTenSteps) {
+  const AneRun ane = run_ane();
+  const CpuRun cpu = run_cpu();
+  ASSERT_EQ(ane.log.rows.size(), size_t(kSteps));
+  ASSERT_EQ(cpu.log.rows.size(), size_t(kSteps));
+  double worst = 0;
+  for (int64_t i = 0; i < kSteps; ++i) {
+    const double a = ane.log.rows[size_t(i)].loss, b = cpu.log.rows[size_t(i)].loss;
+    worst = std::max(worst, std::abs(a - b) / b);
+    std::printf("[ane-seed] step %2lld loss ane-sim %.6f cpu fp16 %.6f rel %.2e\n", (long long)i + 1, a, b,
+                std::abs(a - b) / b);
+    EXPECT_NEAR(a, b, kLossRel * b) << "step " << i + 1;
+  }
+  std::printf("[ane-seed] worst loss difference %.2e (bound %.0e)\n", worst, kLossRel);
+  EXPECT_LT(ane.log.rows.back().loss, 0.8 * ane.log.rows.front().loss) << "the layer learns on the device";
+
+  const TensorMap w0 = seed_layer_synthetic_inputs(small_layer(), 42);
+  for (const auto& [name, w] : cpu.weights) {
+    const double d = update_difference(w0.at(name), ane.weights.at(name), w);
+    std::printf("[ane-seed] %-8s update difference %.3f\n", name.c_str(), d);
+    EXPECT_LT(d, kUpdateRel) << name;
+  }
+  // Six compiles on the first step, then the five weight-bearing kernels per step.
+  EXPECT_EQ(ane.log.totals.compiles, 6 + 5 * (kSteps - 1));
+  EXPECT_EQ(ane.log.totals.restarts, 0);
+  EXPECT_EQ(ane.log.totals.evictions, 0);
+}
+
+// A budget of 12 compiles: step 1 uses 6, step 2 reaches 11, step 3 would
+// pass 12, so every second step starts on a fresh device. The weights and
+// losses equal an uninterrupted run's bit for bit; so do those of a run
+// keeping only three kernels loaded (every kernel recompiled at every use).
+TEST(AneSeedTraining, RestartsAndEvictionsChangeNothing) {
+  const AneRun base = run_ane(119, 6, 5);
+  const AneRun restarted = run_ane(12, 6, 5);
+  EXPECT_EQ(restarted.log.totals.restarts, 2);  // before steps 3 and 5
+  EXPECT_EQ(restarted.log.totals.compiles, 6 + 5 + 6 + 5 + 6);
+  EXPECT_TRUE(same_weights(base.weights, restarted.weights));
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(restarted.log.rows[i].loss, base.log.rows[i].loss) << "step " << i + 1;
+
+  const AneRun evicting = run_ane(119, 3, 5);
+  EXPECT_EQ(evicting.log.totals.compiles, 6 * 5);
+  // Step 1 fills three slots and evicts for the other three kernels; each
+  // later step starts with only sdpa_bwd2 loaded (new weights replace the
+  // others' programs, which is no eviction) and evicts four times.
+  EXPECT_EQ(evicting.log.totals.evictions, 3 + 4 * 4);
+  EXPECT_TRUE(same_weights(base.weights, evicting.weights));
+}
+
+TEST(AneSeedTraining, RefusesWhatTheEngineCannotDo) {
+  const SeedLayerConfig c{64, 128, 4, 48};
+  TensorMap all = seed_layer_synthetic_inputs(c, 42);
+  TensorMap w;
+  for (const WeightSpec& s : seed_layer_weight_specs(c)) w[s.name] = all.at(s.name);
+  AneTrainOptions o;
+  o.steps = 1;
+  o.adamw = seed_adamw(1);
+  expect_error_containing([&] { train_seed_layer_ane(c, all.at("x"), all.at("target"), w, o, sim_devices()); },
+                          "not a multiple of 32");
+  // A budget below one step's six compiles can never be met, restart or not.
+  expect_error_containing([&] { run_ane(5, 6, 1); }, "needs 6 compiles, a device allows 5");
+  // A device whose budget is spent even when fresh (the chip's is per process).
+  const SeedLayerConfig s = small_layer();
+  TensorMap in = seed_layer_synthetic_inputs(s, 42);
+  TensorMap ws;
+  for (const WeightSpec& sp : seed_layer_weight_specs(s)) ws[sp.name] = in.at(sp.name);
+  auto shared = std::make_shared<ane::SimDevice>(ane::SimLimits{12});
+  AneDeviceFactory same = [shared] { return std::shared_ptr<milrt_ane_device>(shared, shared->table()); };
+  o.steps = 3;
+  o.compile_budget = 12;
+  expect_error_containing([&] { train_seed_layer_ane(s, in.at("x"), in.at("target"), ws, o, same); },
+                          "restart it from a checkpoint");
+}
+
+}  // namespace
+}  // namespace milrt::test
