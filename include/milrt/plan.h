@@ -37,8 +37,10 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -289,6 +291,22 @@ class Plan {
   std::vector<DType> bind_dtypes(DType d) const;
   CompileOptions::Numerics numerics() const;
 
+  // Work to overlap with a run, such as starting each gradient's all-reduce
+  // as soon as the backward pass has computed it. run() (the bound form; not
+  // run(inputs)) calls `hook(ready)` on its own thread after every kernel
+  // step, and once more at the end, where `ready` lists the outputs (indices
+  // into outputs()) that are final: each output exactly once per run, in
+  // the first call after the last step that reads or writes its memory.
+  // From then on the run neither reads nor writes that memory, so the hook
+  // may read it and change it. An output computed straight into its bound
+  // memory is ready after its last step (often well before the end); any
+  // other (not bound, converted at the edge, copied at the end, tapped, or
+  // written back into a state) in the final call. The hook must not touch
+  // the plan or any other memory the run uses. An exception from it ends
+  // the run. An empty hook (the default) removes it; without one a run pays
+  // one predictable branch per step.
+  using StepHook = std::function<void(std::span<const size_t> ready)>;
+  void set_step_hook(StepHook hook);
   // Asks a run to stop: thread-safe and async-signal-safe (one atomic
   // store), callable from another thread or a signal handler. The run in
   // progress (or, if none is, the next one) checks the flag between kernel

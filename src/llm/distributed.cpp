@@ -150,6 +150,49 @@ void allreduce_mean(float* data, size_t n, size_t bucket_bytes) {
 #endif
 }
 
+#if MILRT_HAVE_MPI
+namespace {
+std::vector<MPI_Request> g_pending;  // started non-blocking sums not yet completed
+}  // namespace
+#endif
+
+void start_allreduce_sum(float* data, size_t n) {
+  if (g_size == 1) return;
+#if MILRT_HAVE_MPI
+  const size_t piece = size_t(1) << 30;
+  for (size_t off = 0; off < n; off += piece) {
+    g_pending.push_back(MPI_REQUEST_NULL);
+    check(MPI_Iallreduce(MPI_IN_PLACE, data + off, int(std::min(piece, n - off)), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
+                         &g_pending.back()),
+          "MPI_Iallreduce");
+  }
+#else
+  (void)data, (void)n;
+#endif
+}
+
+bool progress() {
+#if MILRT_HAVE_MPI
+  if (g_pending.empty()) return true;
+  int done = 0;
+  check(MPI_Testall(int(g_pending.size()), g_pending.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+  if (done) g_pending.clear();
+  return done != 0;
+#else
+  return true;
+#endif
+}
+
+void wait_all() {
+#if MILRT_HAVE_MPI
+  if (!g_pending.empty()) {
+    Collective c("MPI_Waitall (the gradients' non-blocking all-reduce)");
+    check(MPI_Waitall(int(g_pending.size()), g_pending.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+    g_pending.clear();
+  }
+#endif
+}
+
 namespace {
 int checked_count(size_t n, const char* what) {
   if (n > size_t(std::numeric_limits<int>::max()))

@@ -28,6 +28,18 @@ inline bool distributed() { return world_size() > 1; }
 // data[i] = mean over ranks of data[i], in buckets of at most bucket_bytes
 // (in place; the same result on every rank).
 void allreduce_mean(float* data, size_t n, size_t bucket_bytes = size_t(4) << 20);
+// Non-blocking sums, to overlap communication with computation (the
+// gradients' all-reduce with the backward pass). start_allreduce_sum starts
+// an in-place sum over ranks of data[0, n) (MPI_Iallreduce, in pieces of at
+// most 2^30 floats); the memory must stay untouched until wait_all()
+// returns. Every rank must start the same sums in the same order. Open
+// MPI advances non-blocking collectives only inside MPI calls, so the
+// caller calls progress() often (between kernel steps): it tests the
+// pending sums and returns whether all are done. wait_all() blocks until
+// they are (under the collective timeout). One rank: all three do nothing.
+void start_allreduce_sum(float* data, size_t n);
+bool progress();
+void wait_all();
 // ZeRO-1's collectives, over one flat array of world_size() * shard floats
 // on every rank (rank r's part: [r*shard, (r+1)*shard)).
 // Reduce-scatter (MPI_Reduce_scatter with equal counts, in place): on return

@@ -17,6 +17,7 @@
 #include "kernels/threads.h"
 #include "llm/checkpoint.h"
 #include "llm/distributed.h"
+#include "llm/gradient_allreduce.h"
 #include "llm/train_report.h"
 #include "util/atomic_file.h"
 #include "milrt/autodiff.h"
@@ -69,40 +70,6 @@ void zero_gradients(TensorMap& grads) {
 
 void scale_gradients(TensorMap& grads, double s) {
   for (auto& [name, g] : grads) kernels::scale_f32(g.mutable_ptr<float>(), float(s), g.numel());
-}
-
-// Data-parallel runs: the step's gradients averaged over ranks, small tensors
-// packed into buckets of about 4 MB so that no reduction is tiny, large ones
-// reduced in place. The order is the task's weight order, the same on every
-// rank. Returns the number of all-reduce calls (buckets).
-int64_t allreduce_gradients(TensorMap& grads, const std::vector<WeightSpec>& order, std::vector<float>& bucket) {
-  constexpr size_t kBucket = size_t(1) << 20;  // floats: 4 MB
-  int64_t calls = 0;
-  std::vector<std::pair<float*, size_t>> packed;
-  bucket.reserve(kBucket);
-  auto flush = [&] {
-    if (packed.empty()) return;
-    dist::allreduce_mean(bucket.data(), bucket.size());
-    ++calls;
-    size_t off = 0;
-    for (auto [p, n] : packed) std::copy(bucket.data() + off, bucket.data() + off + n, p), off += n;
-    packed.clear(), bucket.clear();
-  };
-  for (const WeightSpec& w : order) {
-    Tensor& g = grads.at(w.name);
-    float* p = g.mutable_ptr<float>();
-    const size_t n = size_t(g.numel());
-    if (n >= kBucket / 2) {
-      dist::allreduce_mean(p, n, kBucket * sizeof(float));
-      calls += int64_t((n + kBucket - 1) / kBucket);
-      continue;
-    }
-    if (bucket.size() + n > kBucket) flush();
-    bucket.insert(bucket.end(), p, p + n);
-    packed.push_back({p, n});
-  }
-  flush();
-  return calls;
 }
 
 // FNV-1a over the weights' bytes in the task's order: equal on every rank
@@ -256,7 +223,6 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
   // The micro-batches of the other ranks, drawn and dropped so that every
   // rank's sampler stays at the same place in the one shared stream.
   TensorMap others = world > 1 ? make_data_inputs(*fwd, task.weights) : TensorMap{};
-  std::vector<float> bucket;
   TensorMap grads;
   for (size_t i = 0; i < task.weights.size(); ++i) {
     const WeightSpec& w = task.weights[i];
@@ -272,6 +238,38 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
   }
   step_plan.bind("loss", &loss);
   eval_plan.bind("loss", &eval_loss);
+  // Data parallel without ZeRO: the gradients' all-reduce, started from the
+  // step plan's hook as the last micro-step finalises each gradient.
+  std::optional<GradientAllreduce> reducer;
+  bool last_micro_step = false, order_known = false;
+  size_t started_before_end = 0;  // buckets started before the last micro-step's last kernel step
+  size_t hook_calls = 0;
+  const size_t n_steps = step_plan.steps().size();
+  std::vector<size_t> ready_order;  // the first step's, to agree on buckets
+  if (world > 1 && !zero) {
+    std::vector<GradientAllreduce::Gradient> gs;
+    for (const WeightSpec& w : task.weights) gs.push_back({grads.at(w.name).mutable_ptr<float>(), size_t(grads.at(w.name).numel())});
+    if (!(opt.bucket_mb > 0) || opt.bucket_mb > 1024) throw Error("train: --bucket-mb must be in (0, 1024]");
+    reducer.emplace(std::move(gs), std::max<size_t>(1, size_t(opt.bucket_mb * double(1 << 20) / sizeof(float))));
+    std::vector<int> grad_of_output;  // per step-plan output: its gradient's index, or -1
+    for (const Plan::Port& port : step_plan.outputs()) {
+      grad_of_output.push_back(-1);
+      for (size_t k = 0; k < task.weights.size(); ++k)
+        if (port.name == task.weights[k].name + "_grad") grad_of_output.back() = int(k);
+    }
+    step_plan.set_step_hook([&, grad_of_output](std::span<const size_t> ready) {
+      if (!last_micro_step) return;
+      // Call k follows step k: at the call after the last step, what the
+      // steps before it started (overlapped with at least one step).
+      if (hook_calls++ == n_steps - 1) started_before_end = reducer->started();
+      for (size_t o : ready) {
+        if (grad_of_output[o] < 0) continue;
+        if (!order_known) ready_order.push_back(size_t(grad_of_output[o]));
+        if (opt.comm_overlap) reducer->ready(size_t(grad_of_output[o]));
+      }
+      if (opt.comm_overlap) reducer->progress();
+    });
+  }
   const bool scaling = data.count("loss_scale") > 0;
   LossScale ls;
   if (scaling) {
@@ -289,6 +287,7 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
   auto adamw_steps = [&] { return zero ? sharded->steps_taken() : adamw->steps_taken(); };
   TrainLog log;
   log.zero = zero ? 1 : 0;
+  log.comm_overlap = reducer.has_value() && opt.comm_overlap;
   if (zero) {
     log.optimizer_state_bytes = 2 * layout.shard * int64_t(sizeof(float));
   } else {
@@ -406,7 +405,13 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
     double loss_sum = 0;
     const double scale = ls.scale;
     if (scale_input) *scale_input = float(scale);
+    // The factor each gradient sum is multiplied by: the mean over micro-steps, unscaled.
+    const bool rescale = opt.accum > 1 || scaling;
+    const float grad_factor = rescale ? float(1.0 / (double(opt.accum) * scale)) : 1.0f;
+    if (reducer) reducer->begin(grad_factor);
     for (int64_t a = 0; a < opt.accum; ++a) {
+      last_micro_step = a + 1 == opt.accum;
+      hook_calls = 0;
       auto t0 = Clock::now();
       // Rank r's a-th micro-batch of step s is micro-batch (s*A + a)*N + r of the stream.
       for (int r = 0; r < world; ++r) task.next_batch(r == rank ? data : others, /*validation=*/false);
@@ -424,8 +429,9 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
       t_fb.push_back(ms_since(t0));
       loss_sum += loss;
     }
+    last_micro_step = false;
     auto t0 = Clock::now();
-    if (opt.accum > 1 || scaling) scale_gradients(grads, 1.0 / (double(opt.accum) * scale));
+    if (rescale && !reducer) scale_gradients(grads, 1.0 / (double(opt.accum) * scale));
     // Data-parallel: the global mean of the gradients and of the loss, and
     // whether any rank was asked to stop (so all stop after the same step).
     bool stop_all = false;
@@ -447,7 +453,9 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
         red[2] = sharded->sum_squares(g);
         log.allreduce_buckets = 1;
       } else {
-        log.allreduce_buckets = allreduce_gradients(grads, task.weights, bucket);
+        log.buckets_started_early = int64_t(started_before_end);
+        log.allreduce_buckets = reducer->finish();
+        if (!order_known) agree_on_order(*reducer, ready_order), order_known = true;
       }
       dist::allreduce_sum(red, 3);
       loss_sum = red[0] / double(world);
@@ -592,11 +600,14 @@ std::string distributed_report(const TrainTask& task, const TrainOptions& opt, c
                      log.ms_allreduce, log.train_ms > 0 ? 100.0 * log.allreduce_ms / log.train_ms : 0.0, step_ms,
                      double(log.allreduce_bytes) / 1e6, log.allreduce_ms);
   } else {
-    r += fmt::format("gradient all-reduce: {:.2f} ms/step median ({:.1f}% of {:.1f} ms/step mean), {:.2f} MB in {} bucket{}, "
+    r += fmt::format("gradient all-reduce{}: {:.2f} ms/step median ({:.1f}% of {:.1f} ms/step mean), {:.2f} MB in {} bucket{}, "
                      "{:.0f} ms in all\n",
-                     log.ms_allreduce, step_ms > 0 ? 100.0 * log.allreduce_ms / log.train_ms : 0.0, step_ms,
+                     log.comm_overlap ? " (overlapped with the backward pass; the part left after it)" : "", log.ms_allreduce, step_ms > 0 ? 100.0 * log.allreduce_ms / log.train_ms : 0.0, step_ms,
                      double(log.allreduce_bytes) / 1e6, log.allreduce_buckets, log.allreduce_buckets == 1 ? "" : "s",
                      log.allreduce_ms);
+    if (log.comm_overlap)
+      r += fmt::format("{} of {} bucket{} started during the backward pass (last step)\n", log.buckets_started_early,
+                       log.allreduce_buckets, log.allreduce_buckets == 1 ? "" : "s");
   }
   r += fmt::format("waiting for the slowest rank before it: {:.2f} ms/step median ({:.1f}%), {:.0f} ms in all\n", log.ms_wait,
                    log.train_ms > 0 ? 100.0 * log.wait_ms / log.train_ms : 0.0, log.wait_ms);

@@ -110,6 +110,17 @@ struct TrainOptions {
   // an unsharded run writes (a run resumes with or without --zero). 0, or a
   // world of one process: the unsharded optimizer (a no-op there).
   int zero = 0;
+  // Data-parallel runs without ZeRO: each bucket's all-reduce starts as soon
+  // as the last micro-step's backward pass has made its gradients final
+  // (Plan::set_step_hook), overlapped with the rest of that pass, in the
+  // order the plan finalises them (as rank 0 saw it in the first step).
+  // false starts them all after the backward pass, in that same order: the
+  // same sums, bit for bit (for comparisons).
+  bool comm_overlap = true;
+  // The all-reduce's bucket size: gradients smaller than half of it are
+  // packed together up to this many MiB (2^20 bytes, as PyTorch DDP's
+  // bucket_cap_mb); larger ones are summed alone.
+  double bucket_mb = 4;
 };
 
 // Per-step figures, and the split of the time a report shows.
@@ -149,7 +160,8 @@ struct TrainLog {
   std::vector<TraceSpan> phase_spans;  // TrainOptions::trace: data, accumulate, optimizer, eval
   // Data-parallel runs (src/llm/distributed.h; 1 rank otherwise): the ranks,
   // the gradient all-reduce's median ms per optimizer step and its total in
-  // this call, the same for the wait before it (a barrier: the slowest rank's
+  // this call (with comm_overlap: what remains of it after the backward
+  // pass, the part not hidden behind computation), the same for the wait before it (a barrier: the slowest rank's
   // lead, load imbalance rather than communication), the bytes and buckets it
   // reduces per step, and the checksum of the final weights, checked equal on
   // every rank.
@@ -160,6 +172,8 @@ struct TrainLog {
   // ZeRO-1 (TrainOptions::zero in a data-parallel run): 1, and then
   // ms_allreduce/allreduce_ms are the reduce-scatter plus the all-gather.
   int zero = 0;
+  bool comm_overlap = false;  // the all-reduce overlapped the backward pass
+  int64_t buckets_started_early = 0;  // the last step's buckets started while kernel steps of its backward pass remained
   // This rank's AdamW moments (m and v) in bytes: all of them, or its part
   // under ZeRO-1.
   int64_t optimizer_state_bytes = 0;

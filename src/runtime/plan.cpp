@@ -18,6 +18,7 @@
 #include "milrt/mil.h"
 #include "milrt/passes.h"
 #include "milrt/plan.h"
+#include "passes/rewriter.h"
 #include "runtime/accumulate_outputs.h"
 #include "runtime/bf16_operands.h"
 #include "runtime/buffer_analysis.h"
@@ -64,6 +65,8 @@ struct Plan::Impl {
   std::unordered_map<std::string, int> ids;
   std::vector<Tensor> buffers;        // constants, input, output and state storage
   std::vector<std::unique_ptr<rt::Step>> steps;
+  // Per output: the last step that reads or writes its memory (-1: none).
+  std::vector<int> output_last_step;
   std::vector<Port> inputs, outputs, states;
   std::vector<int> input_ids, output_ids, state_ids;
   // CompileOptions::stable_inputs: per input, and the counter steps compare
@@ -176,6 +179,34 @@ struct Plan::Impl {
     for (int id : view_ids) frame.ptr[size_t(id)] = frame.ptr[size_t(vals[size_t(id)].alias)];
   }
 
+  // Plan::set_step_hook: after each step, the outputs whose bound memory
+  // holds its final value from then on. An output is due after the last step
+  // of its op when that op writes it straight into its bound memory; any
+  // other (unbound, converted or copied at the end) is due when run() ends.
+  // `due` is rebuilt per run (bindings change) into reused memory.
+  StepHook step_hook;
+  std::vector<std::pair<int, size_t>> due;  // {step, output index}, by step
+  size_t due_next = 0;
+  void plan_due() {
+    due.clear(), due_next = 0;
+    for (size_t i = 0; i < output_ids.size(); ++i) {
+      const int id = output_ids[i];
+      const bool in_place = output_bound[i] && frame.ptr[size_t(id)] == output_bound[i];
+      due.push_back({in_place ? output_last_step[i] : -1, i});
+      if (due.back().first < 0) due.back().first = int(steps.size());
+    }
+    std::ranges::stable_sort(due, {}, &std::pair<int, size_t>::first);
+  }
+  // Calls the hook with the outputs due by step `i` (steps.size(): the end).
+  void fire_hook(size_t i) {
+    size_t first = due_next;
+    while (due_next < due.size() && size_t(due[due_next].first) <= i) ++due_next;
+    due_ready.clear();
+    for (size_t k = first; k < due_next; ++k) due_ready.push_back(due[k].second);
+    step_hook(std::span<const size_t>(due_ready));
+  }
+  std::vector<size_t> due_ready;
+
   // Ends the run if cancel() was called (since the last cancelled run).
   void check_cancelled() {
     if (cancelled.load(std::memory_order_relaxed) && cancelled.exchange(false)) throw Error("error: cancelled");
@@ -216,6 +247,7 @@ struct Plan::Impl {
       else ++dropped_events;
     }
   }
+  bool hooked = false;  // this run calls step_hook (Plan::run() with a hook set)
   void run_steps_profiled() {
     using Clock = std::chrono::steady_clock;
     const uint32_t thread = Plan::trace_thread_id();
@@ -227,6 +259,7 @@ struct Plan::Impl {
       const auto t1 = Clock::now();
       record(i, std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count(),
              std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count(), thread);
+      if (hooked) fire_hook(i);
     }
   }
   void run_steps() {
@@ -235,9 +268,10 @@ struct Plan::Impl {
     if (profiling) [[unlikely]] {
       run_steps_profiled();
     } else {
-      for (auto& s : steps) {
+      for (size_t i = 0; i < steps.size(); ++i) {
         check_cancelled();
-        s->run(frame);
+        steps[i]->run(frame);
+        if (hooked) [[unlikely]] fire_hook(i);
       }
     }
     check_cancelled();
@@ -629,6 +663,7 @@ Plan compile(const Program& program, const CompileOptions& options) {
   lower.stable_generation = &P.stable_generation;
   rt::GemmTuner gemm_tuner(gemm_tune_mode(options.tune), options.deterministic);
   lower.gemm_tuner = &gemm_tuner;
+  std::vector<std::pair<int, int>> touches;  // {value id, step} for every value a step reads or writes
   for (auto& op : fn->ops) {
     if (op.type == "const") {
       const Arg* val = op.arg("val");
@@ -665,6 +700,12 @@ Plan compile(const Program& program, const CompileOptions& options) {
         throw_op_error(op, "no compiled kernel for '" + op.type + "' yet (run it with --engine reference)");
       P.steps.push_back(fn_lower(op, lower));
     }
+    const int last = int(P.steps.size()) - 1;
+    for (auto& o : op.outputs) touches.push_back({P.ids.at(o.name), last});
+    for (auto& in : op.inputs)
+      passes::for_each_var(in.arg, [&](const std::string& v) {
+        if (auto it = P.ids.find(v); it != P.ids.end()) touches.push_back({it->second, last});
+      });
     if (P.fp16) {
       std::vector<rt::ValueRef> outs;
       for (size_t k = 0; k < op.outputs.size(); ++k) outs.push_back(lower.output(op, k));
@@ -747,6 +788,19 @@ Plan compile(const Program& program, const CompileOptions& options) {
     if (P.vals[i].kind == Kind::Alias) P.frame.ptr[i] = P.frame.ptr[size_t(P.vals[i].alias)];
   // After aliases: a view's root may itself live in a state's buffer.
   for (int id : P.view_ids) P.frame.ptr[size_t(id)] = P.frame.ptr[size_t(P.vals[size_t(id)].alias)];
+  // For Plan::set_step_hook: the last step touching each output's memory,
+  // through any value that aliases it.
+  auto root = [&](int id) {
+    while ((P.vals[size_t(id)].kind == Kind::View || P.vals[size_t(id)].kind == Kind::Alias) && P.vals[size_t(id)].alias >= 0)
+      id = P.vals[size_t(id)].alias;
+    return id;
+  };
+  std::vector<int> last_touch(P.vals.size(), -1);
+  for (auto [id, step] : touches) last_touch[size_t(root(id))] = std::max(last_touch[size_t(root(id))], step);
+  // Copied after the steps (state write-backs, taps): read at the end.
+  for (auto& wb : P.write_backs) last_touch[size_t(root(wb.src))] = -1;
+  for (int id : P.tap_ids) last_touch[size_t(root(id))] = -1;
+  for (int id : P.output_ids) P.output_last_step.push_back(last_touch[size_t(root(id))]);
   if (options.profile || options.trace) plan.set_profiling(true, options.trace);
   return plan;
 }
@@ -874,6 +928,12 @@ void Plan::run() {
     if (P.input_bound_dtype[i] == DType::FP16) convert(P.input_bound[i], DType::FP16, n, dst, DType::FP32);
     else kernels::round_to_f16(static_cast<const float*>(P.input_bound[i]), dst, n);
   }
+  P.hooked = bool(P.step_hook);
+  struct Unhook {
+    bool& hooked;
+    ~Unhook() { hooked = false; }
+  } unhook{P.hooked};
+  if (P.hooked) P.plan_due();
   P.run_steps();
   for (size_t i = 0; i < P.outputs.size(); ++i) {
     void* src = P.frame.ptr[size_t(P.output_ids[i])];
@@ -882,7 +942,10 @@ void Plan::run() {
     if (P.output_bound_dtype[i] == v.dtype) std::memcpy(P.output_bound[i], src, v.bytes());
     else convert(src, v.dtype, shape_numel(v.shape), P.output_bound[i], P.output_bound_dtype[i]);
   }
+  if (P.hooked) P.fire_hook(P.steps.size());
 }
+
+void Plan::set_step_hook(StepHook hook) { impl_->step_hook = std::move(hook); }
 
 namespace {
 const Plan::Impl::Val& state_val(const Plan::Impl& P, const std::string& name) {

@@ -18,7 +18,8 @@ void add_bench_train(CLI::App& bench) {
   static std::string config = "stories15m";
   static int64_t steps = 3, accum = 10, batch = 1, seq = 0;
   static int threads = 0, zero = 0;
-  static bool json = false;
+  static bool json = false, comm_overlap = true;
+  static double bucket_mb = 4;
   static std::string precision = "fp32";
   cmd->add_option("--config", config, "stories15m | stories110m | stories15m-gqa | tiny | default | seed-layer");
   cmd->add_option("--steps", steps, "timed optimizer steps (default 3)")->check(CLI::Range(1, 100000));
@@ -31,7 +32,7 @@ void add_bench_train(CLI::App& bench) {
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   cmd->add_option("--zero", zero, "under mpirun: 1 shards the AdamW state over the ranks (ZeRO-1)")
       ->check(CLI::IsMember({0, 1}));
-  add_comm_timeout_option(*cmd);
+  add_comm_options(*cmd, comm_overlap, bucket_mb);
   cmd->footer("Under mpirun -np N: data parallel, each rank --threads threads; rank 0 prints the global tokens/s "
               "and the communication share.");
   add_profile_options(*cmd);
@@ -66,6 +67,8 @@ void add_bench_train(CLI::App& bench) {
     t.precision = precision == "bf16" ? CompileOptions::MatmulPrecision::bf16 : CompileOptions::MatmulPrecision::fp32;
     t.peak_gflops = profile_peak_gflops(precision == "bf16");
     t.zero = zero;
+    t.comm_overlap = comm_overlap;
+    t.bucket_mb = bucket_mb;
     llm::TrainLog log = llm::train(task, t, weights);
     const double step_ms = log.ms_fwd_bwd + log.ms_data + log.ms_optimizer / double(accum);
     const double gflops = task.flops_per_microstep / (step_ms / 1000) * 1e-9;
@@ -83,11 +86,11 @@ void add_bench_train(CLI::App& bench) {
     const double comm_share = log.ms_step > 0 ? (log.ms_allreduce + log.ms_wait) / log.ms_step : 0;
     if (world > 1) {  // one process: the line above says it all
       std::printf("global: %d rank%s x %d thread%s, %lld tokens per optimizer step (%d x accum %lld x %lld), %.1f ms per "
-                  "optimizer step (median), %.0f tokens/s; communication %.1f ms/step (%s %.1f + waiting %.1f) = %.1f%%%s\n",
+                  "optimizer step (median), %.0f tokens/s; communication %.1f ms/step (%s %.1f + waiting %.1f) = %.1f%%%s%s\n",
                   world, world == 1 ? "" : "s", log.threads, log.threads == 1 ? "" : "s", (long long)global_tokens, world,
                   (long long)accum, (long long)tokens, log.ms_step, global_tok_s, log.ms_allreduce + log.ms_wait,
                   log.zero ? "reduce-scatter+all-gather" : "all-reduce", log.ms_allreduce, log.ms_wait, 100 * comm_share,
-                  log.zero ? ", ZeRO-1" : "");
+                  log.zero ? ", ZeRO-1" : "", log.comm_overlap ? "; the all-reduce overlaps the backward pass" : "");
     }
     if (json)
       std::printf("{\"config\": \"%s\", \"threads\": %d, \"accum\": %lld, \"tokens_per_step\": %lld, \"ms_per_step\": %.3f, "

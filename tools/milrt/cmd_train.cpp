@@ -38,8 +38,9 @@ struct Args {
   std::string config = "default", data, tokenizer, out, init, emit_mil, prompt = "The";
   int64_t steps = -1, batch = -1, seq = 0, accum = -1, eval_every = -1, eval_batches = 4, save_every = 0;
   int threads = 0, samples = 2, checkpoint_version = 0, log_every = 10, zero = 0;
+  double bucket_mb = 4;
   uint64_t seed = 1;
-  bool resume = false, overwrite = false, quiet = false, recompute = false;
+  bool resume = false, overwrite = false, quiet = false, recompute = false, comm_overlap = true;
   std::string precision = "fp32";
   llm::AdamWConfig adamw;
   std::function<bool(const char*)> given;  // whether a flag was on the command line
@@ -136,6 +137,8 @@ llm::TrainOptions train_options(const Args& a) {
   t.resume = a.resume;
   t.recompute = a.recompute;
   t.zero = a.zero;
+  t.comm_overlap = a.comm_overlap;
+  t.bucket_mb = a.bucket_mb;
   t.stop = &g_stop;
   t.profile = profile_flags().on();
   t.trace = !profile_flags().trace.empty();
@@ -278,12 +281,21 @@ void run_seed_layer(Args& a) {
 
 }  // namespace
 
-void add_comm_timeout_option(CLI::App& cmd) {
+void add_comm_options(CLI::App& cmd, bool& overlap, double& bucket_mb) {
   cmd.add_option_function<double>(
          "--comm-timeout", [](double s) { llm::dist::set_collective_timeout(s); },
          "under mpirun: end the job when a collective (all-reduce, ...) waits longer than this many seconds for "
          "the other ranks (a stuck rank); 0: wait forever; default 600")
       ->check(CLI::NonNegativeNumber);
+  cmd.add_option_function<std::string>(
+         "--comm-overlap", [&overlap](const std::string& v) { overlap = v == "on"; },
+         "under mpirun: on (default) starts each bucket's gradient all-reduce as soon as the backward pass has "
+         "computed it; off starts them after the pass (the same sums: for comparisons)")
+      ->check(CLI::IsMember({"on", "off"}));
+  cmd.add_option("--bucket-mb", bucket_mb,
+                 "under mpirun: gradients smaller than half this many MB are packed into buckets of this size for the "
+                 "all-reduce (default 4)")
+      ->check(CLI::Range(0.001, 1024.0));
 }
 
 void run_as_rank(const std::function<void()>& run) {
@@ -342,7 +354,7 @@ void add_train(CLI::App& app) {
                   "1: under mpirun, shard the AdamW state over the ranks (ZeRO-1: reduce-scatter, update 1/N, all-gather); "
                   "a no-op for one process")
       ->check(CLI::IsMember({0, 1}));
-  add_comm_timeout_option(*cmd);
+  add_comm_options(*cmd, a.comm_overlap, a.bucket_mb);
   cmd->add_option("--emit-mil", a.emit_mil, "write the training program (loss and derived gradients) as MIL and exit");
   // One invocation: everything after parsing.
   auto run = [cmd] {

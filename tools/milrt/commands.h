@@ -54,9 +54,10 @@ void apply_plan_options_cli(CompileOptions& options);
 // Runs a training command's body as one rank of an mpirun job (or alone): an
 // error on a rank aborts the whole job with its message.
 void run_as_rank(const std::function<void()>& run);
-// --comm-timeout SECONDS for the commands that run under mpirun (train,
-// bench train): llm::dist::set_collective_timeout.
-void add_comm_timeout_option(CLI::App& cmd);
+// The options of the commands that run under mpirun (train, bench train):
+// --comm-timeout SECONDS (llm::dist::set_collective_timeout), --comm-overlap
+// on|off and --bucket-mb MB (TrainOptions::comm_overlap, bucket_mb).
+void add_comm_options(CLI::App& cmd, bool& overlap, double& bucket_mb);
 // --max-loop-iterations, for the engines that take no CompileOptions (--engine reference).
 int64_t max_loop_iterations_cli();
 // "512M" -> 512 << 20; K, M, G, T (binary multiples, optional "B"/"iB"). Throws Error.
