@@ -82,15 +82,16 @@ test-python: deps
 # already run: the benchmark, profiler, tuning and settings tests, the model-
 # scale decoding sweeps per weight format, the trainer's fp16 and seed-layer
 # variants, the gradient rules' finite differences (IR and the reference
-# executor, no buffers of their own), the Neural Engine simulator, the MPI
-# runs (Open MPI's own allocations would read as leaks). Left out at run time
+# executor, no buffers of their own), the Neural Engine simulator and the seed's
+# training through it, the MPI runs (Open MPI's own allocations would read as
+# leaks). Left out at run time
 # (ASAN_EXCLUDE): the whole-model sweeps inside kept suites. The benchmark
 # programs and the example, which no test runs, are not built.
 ASAN_SKIP_TESTS := test_bench_kernels test_profile test_gemm_tuning test_runtime_settings \
   test_generate_weights test_generate_int4 test_generate_int8_activations \
   test_trainer_fp16 test_seed_layer_training test_mpi_train \
   test_autodiff test_autodiff_elementwise test_autodiff_linalg test_autodiff_nn test_autodiff_tensor \
-  test_autodiff_seed test_llama_builder test_ane_cli test_ane_partition test_ane_sim_device
+  test_autodiff_seed test_llama_builder test_ane_cli test_ane_partition test_ane_sim_device test_ane_seed_training
 ASAN_EXCLUDE := GenerateParity\.Stories15m
 empty :=
 space := $(empty) $(empty)

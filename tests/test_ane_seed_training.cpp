@@ -5,7 +5,9 @@
 // instead of the seed's hand-written backward kernels.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 
@@ -191,6 +193,51 @@ TEST(AneSeedTraining, RefusesWhatTheEngineCannotDo) {
   o.compile_budget = 12;
   expect_error_containing([&] { train_seed_layer_ane(s, in.at("x"), in.at("target"), ws, o, same); },
                           "restart it from a checkpoint");
+}
+
+// The CLI at the seed's size (the only size --config seed-layer has): one
+// micro-step on ane-sim, about 40 s here (the simulator evaluates each
+// kernel with the reference executor). The first step's loss is the forward
+// pass at the initial weights, so the CPU trainer's fp16 program gives it
+// independently; the refusals are one line each.
+TEST(AneSeedTrainingCli, OneStepAtTheSeedsSizeAndRefusals) {
+  CliResult r = run_cli({"train", "--config", "seed-layer", "--engine", "ane-sim", "--steps", "1", "--accum", "1"}, 600);
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  for (const char* s : {"precision fp16 on ane-sim", "budget 119 compiles per device", "=== ane-sim efficiency report",
+                        "compiles 6 | evictions 0 | restarts 0"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+  const size_t at = r.out.find("step 1/1 | loss ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const double loss = std::atof(r.out.c_str() + at + std::strlen("step 1/1 | loss "));
+
+  TrainTask t = seed_layer_task(SeedLayerConfig{}, 42, DType::FP16);
+  TensorMap w = t.init_weights;
+  TrainOptions o;
+  o.steps = 1;
+  o.adamw = seed_adamw(1);
+  o.eval_batches = 1;
+  const double want = train(t, o, w).rows.at(0).loss;
+  std::printf("[ane-seed] seed size, step 1: ane-sim %.6f, cpu fp16 %.6f\n", loss, want);
+  EXPECT_NEAR(loss, want, kLossRel * want);
+
+  auto refused = [](const std::vector<std::string>& args, const char* why) {
+    CliResult e = run_cli(args, 60);
+    EXPECT_EQ(e.exit_code, 2) << e.out << e.err;
+    EXPECT_NE(e.err.find(why), std::string::npos) << e.err;
+    EXPECT_EQ(std::count(e.err.begin(), e.err.end(), '\n'), 1) << e.err;
+  };
+  const std::vector<std::string> sim = {"train", "--config", "seed-layer", "--engine", "ane-sim", "--steps", "1"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), sim.begin(), sim.end());
+    return extra;
+  };
+  refused(with({"--precision", "fp32"}), "computes in fp16, the seed's numerics");
+  refused(with({"--out", temp_dir("ane_seed_cli")}), "does not take --out");
+  refused(with({"--resume"}), "does not take --resume");
+  refused({"train", "--config", "tiny", "--engine", "ane-sim"}, "trains --config seed-layer only");
+#if !defined(__APPLE__)
+  refused({"train", "--config", "seed-layer", "--engine", "ane"}, "the Neural Engine needs macOS");
+#endif
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include "milrt/error.h"
 #include "milrt/mil.h"
 #include "milrt/npy.h"
+#include "train_engine.h"
 
 namespace milrt::cli {
 namespace {
@@ -42,6 +43,7 @@ struct Args {
   uint64_t seed = 1;
   bool resume = false, overwrite = false, quiet = false, recompute = false, comm_overlap = true;
   std::string precision = "fp32";
+  std::string engine = "cpu";
   llm::AdamWConfig adamw;
   std::function<bool(const char*)> given;  // whether a flag was on the command line
   std::optional<llm::RunRecord> record;    // the run being resumed, when it has run.json
@@ -355,6 +357,10 @@ void add_train(CLI::App& app) {
                   "a no-op for one process")
       ->check(CLI::IsMember({0, 1}));
   add_comm_options(*cmd, a.comm_overlap, a.bucket_mb);
+  cmd->add_option("--engine", a.engine,
+                  "cpu (default); ane-sim: --config seed-layer through the Neural Engine backend, the seed's six "
+                  "kernels on the simulated device; ane: the same on the chip (macOS)")
+      ->check(CLI::IsMember({"cpu", "ane-sim", "ane"}));
   cmd->add_option("--emit-mil", a.emit_mil, "write the training program (loss and derived gradients) as MIL and exit");
   // One invocation: everything after parsing.
   auto run = [cmd] {
@@ -364,6 +370,14 @@ void add_train(CLI::App& app) {
     }
     if (a.threads > 0) kernels::set_num_threads(a.threads);
     a.given = [cmd](const char* flag) { return cmd->count(flag) > 0; };
+    if (a.engine != "cpu") {  // the seed's kernels on a Neural Engine device: train_engine.h
+      if (!is_seed_layer(a)) throw Error("train: --engine " + a.engine + " trains --config seed-layer only");
+      apply_defaults(a);
+      std::signal(SIGINT, on_sigint);
+      return run_seed_layer_on_engine({a.engine, a.given("--seed") ? uint32_t(a.seed) : 42, a.steps, a.accum, a.adamw,
+                                       a.init, a.quiet, a.log_every, &g_stop, a.given},
+                                      llm::dist::world_size());
+    }
     if (a.resume && a.out.empty()) throw Error("train: --resume needs --out DIR (the run to continue)");
     if (a.resume && !a.init.empty()) throw Error("train: --resume and --init exclude each other");
     namespace fs = std::filesystem;
