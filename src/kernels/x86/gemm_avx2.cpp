@@ -10,56 +10,12 @@
 #include <immintrin.h>
 
 #include "kernels/gemm_micro.h"
+#include "kernels/x86/simd_activation.h"
 
 namespace milrt::kernels::detail {
 namespace {
 
 constexpr int kMr = 6, kNr = 16;
-
-// e^x to ~1 ulp (Cephes expf polynomial). The clamp keeps 2^n a normal
-// number: results below e^-87.3 (~1e-38) come out as ~1e-38, above e^88 as
-// e^88 — both only feed sigmoid denominators, where that is invisible.
-// NaN propagates (max/min return their second operand when one is NaN).
-inline __m256 exp_ps(__m256 x) {
-  x = _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(_mm256_set1_ps(-87.3f), x));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
-  y = _mm256_add_ps(_mm256_fmadd_ps(y, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-  const __m256i pow2n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(y, _mm256_castsi256_ps(pow2n));
-}
-
-// x / (1 + e^-z): sigmoid (x = 1, z = x), silu (z = x), gelu_tanh (z = 2u).
-inline __m256 times_sigmoid(__m256 x, __m256 z) {
-  const __m256 one = _mm256_set1_ps(1.0f);
-  return _mm256_div_ps(x, _mm256_add_ps(one, exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), z))));
-}
-
-inline __m256 activate(__m256 x, Activation act) {
-  switch (act) {
-    case Activation::none: return x;
-    case Activation::relu: return _mm256_max_ps(x, _mm256_setzero_ps());
-    case Activation::sigmoid: return times_sigmoid(_mm256_set1_ps(1.0f), x);
-    case Activation::silu: return times_sigmoid(x, x);
-    case Activation::gelu_tanh: {
-      // 0.5·(1 + tanh(u)) = sigmoid(2u), u = √(2/π)·(x + 0.044715·x³).
-      const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
-      const __m256 u2 = _mm256_mul_ps(_mm256_set1_ps(1.5957691216f),
-                                      _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), x3, x));
-      return times_sigmoid(x, u2);
-    }
-    default: return x;  // refused before any kernel runs (gemm_supports)
-  }
-  return x;
-}
 
 inline __m256 load8(const void* p, ElemType t) {
   switch (t) {

@@ -11,54 +11,12 @@
 #include <immintrin.h>
 
 #include "kernels/gemm_micro.h"
+#include "kernels/x86/simd_activation.h"
 
 namespace milrt::kernels::detail {
 namespace {
 
 constexpr int kMr = 14, kNr = 32;
-
-// e^x to ~1 ulp (Cephes expf polynomial); scalef handles overflow to inf and
-// underflow through the subnormals. NaN propagates (max/min return their
-// second operand when one is NaN).
-inline __m512 exp_ps(__m512 x) {
-  x = _mm512_min_ps(_mm512_set1_ps(89.0f), _mm512_max_ps(_mm512_set1_ps(-104.0f), x));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
-  y = _mm512_add_ps(_mm512_fmadd_ps(y, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(y, n);
-}
-
-// x / (1 + e^-z): sigmoid (x = 1, z = x), silu (z = x), gelu_tanh (z = 2u).
-inline __m512 times_sigmoid(__m512 x, __m512 z) {
-  const __m512 one = _mm512_set1_ps(1.0f);
-  return _mm512_div_ps(x, _mm512_add_ps(one, exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), z))));
-}
-
-inline __m512 activate(__m512 x, Activation act) {
-  switch (act) {
-    case Activation::none: return x;
-    case Activation::relu: return _mm512_max_ps(x, _mm512_setzero_ps());
-    case Activation::sigmoid: return times_sigmoid(_mm512_set1_ps(1.0f), x);
-    case Activation::silu: return times_sigmoid(x, x);
-    case Activation::gelu_tanh: {
-      // 0.5·(1 + tanh(u)) = sigmoid(2u), u = √(2/π)·(x + 0.044715·x³).
-      const __m512 x3 = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
-      const __m512 u2 = _mm512_mul_ps(_mm512_set1_ps(1.5957691216f),
-                                      _mm512_fmadd_ps(_mm512_set1_ps(0.044715f), x3, x));
-      return times_sigmoid(x, u2);
-    }
-    default: return x;  // refused before any kernel runs (gemm_supports)
-  }
-  return x;
-}
 
 inline __m512 load16(const void* p, ElemType t) {
   switch (t) {
