@@ -41,7 +41,7 @@ struct AneRun {
   TensorMap weights;
 };
 
-AneRun run_ane(size_t budget = 119, size_t resident = 6, int64_t steps = kSteps) {
+AneRun run_ane(size_t budget = 119, size_t resident = 6, int64_t steps = kSteps, double loss_scale = 1) {
   const SeedLayerConfig c = small_layer();
   TensorMap all = seed_layer_synthetic_inputs(c, 42);
   AneRun r;
@@ -51,6 +51,7 @@ AneRun run_ane(size_t budget = 119, size_t resident = 6, int64_t steps = kSteps)
   o.adamw = seed_adamw(steps);
   o.compile_budget = budget;
   o.max_resident = resident;
+  o.loss_scale = loss_scale;
   r.log = train_seed_layer_ane(c, all.at("x"), all.at("target"), r.weights, o, sim_devices(budget));
   return r;
 }
@@ -111,6 +112,11 @@ constexpr double kLossRel = 1e-3;
 // around or leaves it at zero (relative difference near 1 or more).
 constexpr double kUpdateRel = 0.05;
 
+// The gradients' global norm (AdamW::step's, after unscaling) is dominated
+// by the largest elements, each a few fp16 ulps off (relative k·2^-11 with
+// k ≈ 5: 2.5e-3 if all erred one way; measured at most 6e-4).
+constexpr double kNormRel = 5e-3;
+
 double update_difference(const Tensor& w0, const Tensor& a, const Tensor& b) {
   const float *p0 = w0.ptr<float>(), *pa = a.ptr<float>(), *pb = b.ptr<float>();
   double num = 0, den = 0;
@@ -131,9 +137,12 @@ TEST(AneSeedTraining, MatchesTheCpuTrainerForTenSteps) {
   for (int64_t i = 0; i < kSteps; ++i) {
     const double a = ane.log.rows[size_t(i)].loss, b = cpu.log.rows[size_t(i)].loss;
     worst = std::max(worst, std::abs(a - b) / b);
-    std::printf("[ane-seed] step %2lld loss ane-sim %.6f (%.1f ms) cpu fp16 %.6f (%.1f ms) rel %.2e\n", (long long)i + 1,
-                a, ane.log.rows[size_t(i)].ms, b, cpu.log.rows[size_t(i)].ms, std::abs(a - b) / b);
+    const double ga = ane.log.rows[size_t(i)].grad_norm, gb = cpu.log.rows[size_t(i)].grad_norm;
+    std::printf("[ane-seed] step %2lld loss ane-sim %.6f (%.1f ms) cpu fp16 %.6f (%.1f ms) rel %.2e | grad norm %.4e %.4e rel %.2e\n",
+                (long long)i + 1, a, ane.log.rows[size_t(i)].ms, b, cpu.log.rows[size_t(i)].ms, std::abs(a - b) / b, ga, gb,
+                std::abs(ga - gb) / gb);
     EXPECT_NEAR(a, b, kLossRel * b) << "step " << i + 1;
+    EXPECT_NEAR(ga, gb, kNormRel * gb) << "step " << i + 1;
   }
   std::printf("[ane-seed] worst loss difference %.2e (bound %.0e)\n", worst, kLossRel);
   EXPECT_LT(ane.log.rows.back().loss, 0.8 * ane.log.rows.front().loss) << "the layer learns on the device";
@@ -148,6 +157,20 @@ TEST(AneSeedTraining, MatchesTheCpuTrainerForTenSteps) {
   EXPECT_EQ(ane.log.totals.compiles, 6 + 5 * (kSteps - 1));
   EXPECT_EQ(ane.log.totals.restarts, 0);
   EXPECT_EQ(ane.log.totals.evictions, 0);
+}
+
+// A loss scale multiplies dy before fp16 and divides the gradients after:
+// the losses and the gradients' norm (a forgotten unscale would be 1024
+// times off; Adam's update alone would not show it) stay the CPU trainer's.
+TEST(AneSeedTraining, LossScaleChangesOnlyTheRounding) {
+  const AneRun scaled = run_ane(119, 6, 4, 1024);
+  const CpuRun cpu = run_cpu();
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_NEAR(scaled.log.rows[i].loss, cpu.log.rows[i].loss, kLossRel * cpu.log.rows[i].loss) << "step " << i + 1;
+    EXPECT_NEAR(scaled.log.rows[i].grad_norm, cpu.log.rows[i].grad_norm, kNormRel * cpu.log.rows[i].grad_norm)
+        << "step " << i + 1;
+  }
+  expect_error_containing([&] { run_ane(119, 6, 1, 1e30); }, "not finite at step 1 (loss scale 1e+30)");
 }
 
 // A budget of 12 compiles: step 1 uses 6, step 2 reaches 11, step 3 would

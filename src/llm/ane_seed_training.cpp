@@ -247,6 +247,7 @@ void check_arguments(const SeedLayerConfig& c, const Tensor& x, const Tensor& ta
   if (weights.size() != seed_layer_weight_specs(c).size()) throw Error("ane: the weights hold tensors the layer does not have");
   if (o.steps < 0 || o.accum < 1) throw Error("ane: steps must be >= 0 and accum >= 1");
   if (o.max_resident < 1) throw Error("ane: max_resident must be at least 1");
+  if (!(o.loss_scale > 0) || !std::isfinite(o.loss_scale)) throw Error("ane: the loss scale must be positive and finite");
 }
 
 }  // namespace
@@ -320,7 +321,7 @@ AneTrainLog train_seed_layer_ane(const SeedLayerConfig& cfg, const Tensor& x, co
       for (size_t i = 0; i < x2.size(); ++i) {
         const double e = double(x2[i] + ffn[i]) - double(y_tgt[i]);
         loss += e * e;
-        b.dy[i] = float(2.0 * e / n);
+        b.dy[i] = float(2.0 * e / n * opt.loss_scale);
       }
       loss_sum += loss / n;
 
@@ -359,12 +360,17 @@ AneTrainLog train_seed_layer_ane(const SeedLayerConfig& cfg, const Tensor& x, co
     }
 
     t0 = Clock::now();
-    if (opt.accum > 1)
-      for (auto& [name, g] : grads) {
-        float* p = g.mutable_ptr<float>();
-        for (int64_t i = 0; i < g.numel(); ++i) p[i] = float(double(p[i]) / double(opt.accum));
+    const double unscale = double(opt.accum) * opt.loss_scale;
+    for (auto& [name, g] : grads) {
+      float* p = g.mutable_ptr<float>();
+      for (int64_t i = 0; i < g.numel(); ++i) {
+        if (!std::isfinite(p[i]))
+          throw Error(fmt::format("ane: the gradient of {} is not finite at step {} (loss scale {:g}): lower the loss "
+                                  "scale or the learning rate", name, row.step, opt.loss_scale));
+        if (unscale != 1) p[i] = float(double(p[i]) / unscale);
       }
-    adam.step(weights, grads);
+    }
+    row.grad_norm = adam.step(weights, grads);
     row.cpu_ms += ms_since(t0);
     row.loss = loss_sum / double(opt.accum);
     if (!std::isfinite(row.loss)) throw Error(fmt::format("ane: the loss is {} at step {}", row.loss, row.step));

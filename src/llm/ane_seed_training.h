@@ -60,6 +60,7 @@ struct AneTrainStats {
 struct AneTrainRow {
   int64_t step = 0;    // 1-based optimizer step
   double loss = 0;     // mean over the step's micro-steps, before its update
+  double grad_norm = 0;  // global L2 norm of the averaged, unscaled gradients (AdamW::step's)
   double ms = 0;       // the whole step: lowering, compiles, micro-steps, AdamW
   double lower_ms = 0;   // building and partitioning the weight-bearing kernels
   double device_ms = 0;  // inside the executors: packing, compiles, evaluation
@@ -73,6 +74,13 @@ struct AneTrainOptions {
   AdamWConfig adamw;    // e.g. seed_adamw()
   size_t compile_budget = 119;  // compiles one device allows (the chip: about 119 per process)
   size_t max_resident = 6;      // kernels loaded at once; the seed keeps all six
+  // dy is multiplied by this before the backward kernels round it to fp16,
+  // and the gradients divided by it. 1 is the seed's numerics; at its size
+  // (seq·dim = 393216) dy = 2(y − target)/n is about 5e-7, below fp16's
+  // smallest normal (6.1e-5), so the backward pass starts with 3–4
+  // significant bits. The backward pass is linear in dy, so a power of two
+  // here changes nothing but that rounding; an overflow is an Error.
+  double loss_scale = 1;
   const std::atomic<bool>* stop = nullptr;  // set: return after the current step
   std::function<void(const AneTrainRow&)> on_step;
 };
