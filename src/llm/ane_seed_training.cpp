@@ -172,7 +172,6 @@ class DeviceKernels {
       throw Error(fmt::format("ane: kernel {} partitions into {} engine programs and {} host steps, not one program",
                               kKernelNames[k], s.part->engine_programs(), s.part->host_steps()));
   }
-  bool has(int k) const { return slots_[size_t(k)].part != nullptr; }
 
   // Runs kernel k on its one input, compiling it first when it is not loaded.
   Tensor run(int k, const Tensor& x) {
