@@ -259,6 +259,7 @@ TEST(AneSeedTrainingCli, OneStepAtTheSeedsSizeAndRefusals) {
   refused(with({"--out", temp_dir("ane_seed_cli")}), "does not take --out");
   refused(with({"--resume"}), "does not take --resume");
   refused({"train", "--config", "tiny", "--engine", "ane-sim"}, "trains --config seed-layer only");
+  refused({"train", "--config", "tiny", "--loss-scale", "2"}, "--loss-scale is for --engine ane-sim|ane");
 #if !defined(__APPLE__)
   refused({"train", "--config", "seed-layer", "--engine", "ane"}, "the Neural Engine needs macOS");
 #endif

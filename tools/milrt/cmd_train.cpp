@@ -44,6 +44,7 @@ struct Args {
   bool resume = false, overwrite = false, quiet = false, recompute = false, comm_overlap = true;
   std::string precision = "fp32";
   std::string engine = "cpu";
+  double loss_scale = 1;  // --engine only
   llm::AdamWConfig adamw;
   std::function<bool(const char*)> given;  // whether a flag was on the command line
   std::optional<llm::RunRecord> record;    // the run being resumed, when it has run.json
@@ -361,6 +362,11 @@ void add_train(CLI::App& app) {
                   "cpu (default); ane-sim: --config seed-layer through the Neural Engine backend, the seed's six "
                   "kernels on the simulated device; ane: the same on the chip (macOS)")
       ->check(CLI::IsMember({"cpu", "ane-sim", "ane"}));
+  cmd->add_option("--loss-scale", a.loss_scale,
+                  "with --engine: multiply dY by this (a power of two) before the fp16 backward kernels and divide the "
+                  "gradients by it; 1 (default) is the seed's numerics, whose dY underflows fp16 at the seed's size "
+                  "(32768 keeps it)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--emit-mil", a.emit_mil, "write the training program (loss and derived gradients) as MIL and exit");
   // One invocation: everything after parsing.
   auto run = [cmd] {
@@ -370,12 +376,14 @@ void add_train(CLI::App& app) {
     }
     if (a.threads > 0) kernels::set_num_threads(a.threads);
     a.given = [cmd](const char* flag) { return cmd->count(flag) > 0; };
+    if (a.engine == "cpu" && a.given("--loss-scale"))
+      throw Error("train: --loss-scale is for --engine ane-sim|ane (the CPU trainer scales fp16 losses dynamically)");
     if (a.engine != "cpu") {  // the seed's kernels on a Neural Engine device: train_engine.h
       if (!is_seed_layer(a)) throw Error("train: --engine " + a.engine + " trains --config seed-layer only");
       apply_defaults(a);
       std::signal(SIGINT, on_sigint);
       return run_seed_layer_on_engine({a.engine, a.given("--seed") ? uint32_t(a.seed) : 42, a.steps, a.accum, a.adamw,
-                                       a.init, a.quiet, a.log_every, &g_stop, a.given},
+                                       a.init, a.quiet, a.log_every, &g_stop, a.given, a.loss_scale},
                                       llm::dist::world_size());
     }
     if (a.resume && a.out.empty()) throw Error("train: --resume needs --out DIR (the run to continue)");

@@ -84,6 +84,7 @@ void run_seed_layer_on_engine(const EngineTrainArgs& a, int world_size) {
   o.adamw = a.adamw;
   o.adamw.total_steps = a.steps;
   o.stop = a.stop;
+  o.loss_scale = a.loss_scale;
   int64_t restarts = 0;
   o.on_step = [&](const llm::AneTrainRow& r) {
     const bool restarted = r.totals.restarts != restarts;
@@ -93,8 +94,9 @@ void run_seed_layer_on_engine(const EngineTrainArgs& a, int world_size) {
   };
   llm::TrainOptions shown;  // for the banner only
   shown.steps = a.steps, shown.accum = a.accum, shown.adamw = o.adamw;
-  std::printf("%s", llm::seed_layer_banner(cfg, shown, "fp16 on " + a.engine +
-                                                          " (the seed's six kernels, fp32 master weights, no loss scale)")
+  const std::string scale = a.loss_scale == 1 ? "no loss scale" : fmt::format("dY scaled by {:g}", a.loss_scale);
+  std::printf("%s", llm::seed_layer_banner(cfg, shown, "fp16 on " + a.engine + " (the seed's six kernels, fp32 master weights, " +
+                                                          scale + ")")
                         .c_str());
   std::printf("engine: %s | 6 kernels, 5 rebuilt with the weights every update | budget %zu compiles per device, "
               "then an in-process restart\n",

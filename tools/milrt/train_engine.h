@@ -21,6 +21,7 @@ struct EngineTrainArgs {
   int log_every = 10;
   const std::atomic<bool>* stop = nullptr;
   std::function<bool(const char*)> given;  // whether a flag was on the command line
+  double loss_scale = 1;       // AneTrainOptions::loss_scale
 };
 
 // Refuses (one-line Error) what the engine path does not do, then trains and
