@@ -159,6 +159,58 @@ TEST(PlanStepHook, AccumulatedOutputIsReadyAfterItsSum) {
   expect_close(seen.at("a"), d.a, "a");
 }
 
+// An output that is a reshape of a product (as a weight's gradient is) gets
+// the product computed straight into its bound memory: it is ready once the
+// product is done, not copied at the end.
+TEST(PlanStepHook, AReshapedOutputIsComputedInItsBoundMemory) {
+  Data d;
+  Program p = parse(test::program_text(
+      "tensor<fp32, [4, 8]> x, tensor<fp32, [8, 8]> w",
+      "tensor<fp32, [4, 8]> m = matmul(x = x, y = w)[name = string(\"m\")];\n"
+      "tensor<fp32, [32]> g = reshape(x = m, shape = tensor<int32, [1]>([32]))[name = string(\"g\")];\n"
+      "tensor<fp32, [4, 8]> u = sin(x = x)[name = string(\"u\")];\n"
+      "tensor<fp32, [4, 8]> v = matmul(x = u, y = w)[name = string(\"v\")];",
+      "g, v"));
+  Plan plan = compile(p);
+  const size_t n_steps = plan.steps().size();
+  std::vector<float> g(32), v(32);
+  plan.bind("x", d.x.data());
+  plan.bind("w", d.w.data());
+  plan.bind("g", g.data());
+  plan.bind("v", v.data());
+  std::map<std::string, int> at;
+  std::vector<float> g_seen;
+  int call = 0;
+  plan.set_step_hook([&](std::span<const size_t> ready) {
+    for (size_t o : ready) {
+      at[plan.outputs()[o].name] = call;
+      if (plan.outputs()[o].name == "g") g_seen = g;
+    }
+    ++call;
+  });
+  plan.run();
+  ASSERT_EQ(at.size(), 2u);
+  EXPECT_LT(at.at("g"), int(n_steps)) << "the reshaped product is ready before the run ends";
+  std::vector<double> m(32, 0.0);
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 8; ++j)
+      for (int k = 0; k < 8; ++k) m[size_t(i * 8 + j)] += double(d.x[size_t(i * 8 + k)]) * d.w[size_t(k * 8 + j)];
+  expect_close(g_seen, m, "g when reported");
+  expect_close(g, m, "g");
+  expect_close(v, d.v, "v");
+  // Unbound, then run with inputs: plan memory again, and the same values.
+  plan.unbind("g");
+  plan.set_step_hook({});
+  std::fill(v.begin(), v.end(), 0.0f);
+  plan.run();
+  expect_close(v, d.v, "v after g is unbound");
+  Tensor x(DType::FP32, {4, 8}), w(DType::FP32, {8, 8});
+  std::copy(d.x.begin(), d.x.end(), x.mutable_ptr<float>());
+  std::copy(d.w.begin(), d.w.end(), w.mutable_ptr<float>());
+  TensorMap out = plan.run({{"x", x}, {"w", w}});
+  expect_close(std::vector<float>(out.at("g").ptr<float>(), out.at("g").ptr<float>() + 32), m, "g from run(inputs)");
+}
+
 TEST(PlanStepHook, AnExceptionFromTheHookEndsTheRun) {
   Data d;
   Plan plan = compile(program());

@@ -166,6 +166,10 @@ struct Plan::Impl {
                                                                                             : owned_if_allocated(input_ids[i]);
     for (size_t i = 0; i < output_ids.size(); ++i)
       if (vals[size_t(output_ids[i])].kind == Kind::Output) frame.ptr[size_t(output_ids[i])] = owned(output_ids[i]);
+    for (size_t i = 0; i < output_ids.size(); ++i) {
+      const int root = view_root(output_ids[i]);
+      if (root != output_ids[i] && vals[size_t(root)].kind == Kind::Output) frame.ptr[size_t(root)] = owned(root);
+    }
     // An output computed by its op straight into caller memory; when two
     // ports name one value, the first bound one gets it and the other a copy.
     if (use_bindings)
@@ -176,7 +180,22 @@ struct Plan::Impl {
         for (size_t j = 0; j < i; ++j) taken |= output_ids[j] == id && output_bound[j];
         if (!taken) frame.ptr[size_t(id)] = output_bound[i];
       }
+    // An output that is a view (a reshape) of a value computed in plan
+    // memory, as a weight's gradient often is: that value is computed
+    // straight into the caller's memory instead, so nothing is copied at the
+    // end (and Plan::set_step_hook can report it as soon as it is final).
+    if (use_bindings)
+      for (size_t i = 0; i < output_ids.size(); ++i) {
+        const int root = view_root(output_ids[i]);
+        if (root == output_ids[i] || !output_bound[i] || output_via_buffer(i) || vals[size_t(root)].kind != Kind::Output) continue;
+        if (frame.ptr[size_t(root)] == owned(root)) frame.ptr[size_t(root)] = output_bound[i];  // not bound by another port
+      }
     for (int id : view_ids) frame.ptr[size_t(id)] = frame.ptr[size_t(vals[size_t(id)].alias)];
+  }
+  // The value whose memory a view (of a view ...) uses; the value itself otherwise.
+  int view_root(int id) const {
+    while (vals[size_t(id)].kind == Kind::View && vals[size_t(id)].alias >= 0) id = vals[size_t(id)].alias;
+    return id;
   }
 
   // Plan::set_step_hook: after each step, the outputs whose bound memory
