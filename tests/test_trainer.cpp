@@ -18,6 +18,7 @@
 #include "llm/data.h"
 #include "llm/llama_builder.h"
 #include "llm/sample.h"
+#include "llm/train_report.h"
 #include "llm/train_tasks.h"
 #include "milrt/autodiff.h"
 #include "milrt/error.h"
@@ -108,12 +109,30 @@ TEST(Trainer, ResumedRunEqualsUninterruptedRunBitForBit) {
   // The run directory: CSV of every step, an SVG plot and the report.
   std::string csv = slurp(dir_a + "/losses.csv");
   EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 13) << csv;
-  EXPECT_EQ(csv.rfind("step,loss,val_loss,lr,grad_norm,ms\n", 0), 0u);
+  EXPECT_EQ(csv.rfind("step,loss,val_loss,lr,grad_norm,ms,tok_s,comm_ms\n", 0), 0u);
+  {  // one process: tokens per second from the step's time, no communication
+    std::stringstream in(csv);
+    std::string line;
+    std::getline(in, line);
+    while (std::getline(in, line)) {
+      std::vector<std::string> f;
+      std::stringstream cells(line);
+      for (std::string c; std::getline(cells, c, ',');) f.push_back(c);
+      ASSERT_EQ(f.size(), 8u) << line;
+      EXPECT_GT(std::stod(f[6]), 0) << line;
+      EXPECT_EQ(std::stod(f[7]), 0) << line;
+    }
+  }
   // The resumed run's CSV keeps the steps before the interruption (all but the timings agree).
+  // The columns before the timing ones (ms, tok_s, comm_ms: the last three).
   auto without_ms = [](const std::string& text) {
     std::string s;
     std::stringstream in(text);
-    for (std::string line; std::getline(in, line);) s += line.substr(0, line.rfind(',')) + "\n";
+    for (std::string line; std::getline(in, line);) {
+      size_t cut = line.size();
+      for (int k = 0; k < 3; ++k) cut = line.rfind(',', cut - 1);
+      s += line.substr(0, cut) + "\n";
+    }
     return s;
   };
   EXPECT_EQ(without_ms(slurp(dir_b + "/losses.csv")), without_ms(csv));
@@ -133,6 +152,32 @@ float to_bf16(float v) {
   u = (u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000u;
   std::memcpy(&v, &u, 4);
   return v;
+}
+
+// A run directory written before tok_s and comm_ms existed (6 columns)
+// still resumes; any other column count is an error naming the line.
+TEST(LossCsv, ReadsRowsWithAndWithoutTheCommunicationColumns) {
+  const std::string dir = test::temp_dir("loss_csv");
+  const std::string path = dir + "/losses.csv";
+  std::ofstream(path) << "step,loss,val_loss,lr,grad_norm,ms\n1,2.5,,1e-3,0.5,10.0\n2,2.25,2.0,1e-3,0.25,11.0\n";
+  std::vector<llm::TrainLog::Row> old = llm::read_loss_csv(path, 2);
+  ASSERT_EQ(old.size(), 2u);
+  EXPECT_EQ(old[1].loss, 2.25);
+  EXPECT_EQ(old[1].val_loss, 2.0);
+  EXPECT_TRUE(std::isnan(old[0].val_loss));
+  EXPECT_TRUE(std::isnan(old[1].tok_s) && std::isnan(old[1].comm_ms));
+  std::ofstream(path) << "step,loss,val_loss,lr,grad_norm,ms,tok_s,comm_ms\n1,2.5,,1e-3,0.5,10.0,512.5,3.25\n";
+  std::vector<llm::TrainLog::Row> now = llm::read_loss_csv(path, 1);
+  ASSERT_EQ(now.size(), 1u);
+  EXPECT_EQ(now[0].tok_s, 512.5);
+  EXPECT_EQ(now[0].comm_ms, 3.25);
+  std::ofstream(path) << "step,loss,val_loss,lr,grad_norm,ms,tok_s,comm_ms\n1,2.5,,1e-3,0.5,10.0,512.5\n";
+  try {
+    llm::read_loss_csv(path, 1);
+    ADD_FAILURE() << "7 fields accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(path + ":2: error: expected 8"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Trainer, Bf16MatmulPlanRoundsOperandsOnce) {

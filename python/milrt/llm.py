@@ -88,7 +88,8 @@ def train(config="tiny", out=None, steps=None, data=None, progress=None, batch=N
     A directory holding a run is refused unless ``overwrite``.
 
     progress: called after every optimizer step with
-    ``{"step", "loss", "val_loss" (None when not evaluated), "lr", "grad_norm", "ms"}``;
+    ``{"step", "loss", "val_loss" (None when not evaluated), "lr", "grad_norm", "ms",
+    "tok_s" (tokens of all ranks per second), "comm_ms" (0 in one process)}``;
     an exception it raises ends training and propagates (so does Ctrl-C).
 
     Returns ``{"rows": [those dicts], "final_val_loss", "ms_per_step"

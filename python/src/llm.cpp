@@ -126,6 +126,8 @@ pb::dict row_dict(const llm::TrainLog::Row& r) {
   d["lr"] = r.lr;
   d["grad_norm"] = r.grad_norm;
   d["ms"] = r.ms;
+  d["tok_s"] = r.tok_s;
+  d["comm_ms"] = r.comm_ms;
   return d;
 }
 

@@ -35,7 +35,8 @@ def trained(tmp_path_factory):
 def test_train_progress_and_log(trained):
     d, log, rows = trained
     assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
-    assert set(rows[0]) == {"step", "loss", "val_loss", "lr", "grad_norm", "ms"}
+    assert set(rows[0]) == {"step", "loss", "val_loss", "lr", "grad_norm", "ms", "tok_s", "comm_ms"}
+    assert all(r["tok_s"] > 0 and r["comm_ms"] == 0 for r in rows)
     assert rows == log["rows"]
     # Validation at steps 10 and 20 only.
     assert [r["step"] for r in rows if r["val_loss"] is not None] == [10, 20]

@@ -12,11 +12,11 @@
 namespace milrt::llm {
 
 void write_loss_csv(const std::string& path, const TrainLog& log) {
-  std::string s = "step,loss,val_loss,lr,grad_norm,ms\n";
-  for (const TrainLog::Row& r : log.rows) {
-    s += fmt::format("{},{:.6f},{},{:.6e},{:.6f},{:.3f}\n", r.step, r.loss,
-                     std::isnan(r.val_loss) ? std::string() : fmt::format("{:.6f}", r.val_loss), r.lr, r.grad_norm, r.ms);
-  }
+  std::string s = "step,loss,val_loss,lr,grad_norm,ms,tok_s,comm_ms\n";
+  auto opt = [](double v, const char* f) { return std::isnan(v) ? std::string() : fmt::format(fmt::runtime(f), v); };
+  for (const TrainLog::Row& r : log.rows)
+    s += fmt::format("{},{:.6f},{},{:.6e},{:.6f},{:.3f},{},{}\n", r.step, r.loss, opt(r.val_loss, "{:.6f}"), r.lr, r.grad_norm,
+                     r.ms, opt(r.tok_s, "{:.1f}"), opt(r.comm_ms, "{:.3f}"));
   write_file_atomic(path, s.data(), s.size());
 }
 
@@ -33,10 +33,13 @@ std::vector<TrainLog::Row> read_loss_csv(const std::string& path, int64_t up_to_
     std::stringstream ss(line);
     for (std::string cell; std::getline(ss, cell, ',');) f.push_back(cell);
     if (line.back() == ',') f.push_back("");
-    if (f.size() != 6) throw Error(fmt::format("{}:{}: error: expected 6 comma-separated fields", path, line_no));
+    // 6 fields: written before tok_s and comm_ms existed.
+    if (f.size() != 6 && f.size() != 8)
+      throw Error(fmt::format("{}:{}: error: expected 8 comma-separated fields (6 in older runs)", path, line_no));
     try {
-      TrainLog::Row r{std::stoll(f[0]), std::stod(f[1]), f[2].empty() ? NAN : std::stod(f[2]), std::stod(f[3]),
-                      std::stod(f[4]), std::stod(f[5])};
+      auto num = [&](size_t i) { return i < f.size() && !f[i].empty() ? std::stod(f[i]) : NAN; };
+      TrainLog::Row r{std::stoll(f[0]), std::stod(f[1]), num(2), std::stod(f[3]), std::stod(f[4]), std::stod(f[5]),
+                      num(6), num(7)};
       if (r.step <= up_to_step) rows.push_back(r);
     } catch (const std::exception&) {
       throw Error(fmt::format("{}:{}: error: not a number in '{}'", path, line_no, line));

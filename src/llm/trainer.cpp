@@ -503,6 +503,8 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
     log.micro_steps += opt.accum;
 
     TrainLog::Row row{step + 1, loss_sum / double(opt.accum) / scale, NAN, lr, grad_norm, ms};
+    row.tok_s = double(task.tokens_per_microstep * opt.accum * world) / (ms / 1000);
+    row.comm_ms = world > 1 ? t_wait.back() + t_comm.back() : 0.0;
     if (!std::isfinite(row.loss) && !skipped) throw Error(fmt::format("train: the loss is {} at step {}: lower the learning rate", row.loss, step + 1));
     const bool last = step + 1 == opt.steps;
     if ((opt.eval_every > 0 && (step + 1) % opt.eval_every == 0) || last) row.val_loss = evaluate(&t_fwd);

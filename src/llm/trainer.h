@@ -8,6 +8,7 @@
 // inputs, bound to the master copy, so nothing recompiles when they change.
 #pragma once
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -125,7 +126,11 @@ struct TrainOptions {
 
 // Per-step figures, and the split of the time a report shows.
 struct TrainLog {
-  struct Row { int64_t step; double loss, val_loss, lr, grad_norm, ms; };  // val_loss NaN when not evaluated
+  // val_loss NaN when not evaluated; tok_s: tokens of all ranks per second
+  // of the step; comm_ms: waiting for the slowest rank plus moving the
+  // gradients (and ZeRO-1's weights) in the step, 0 for one process (NaN in
+  // rows read back from a losses.csv written before these columns existed).
+  struct Row { int64_t step; double loss, val_loss, lr, grad_norm, ms, tok_s = NAN, comm_ms = NAN; };
   std::vector<Row> rows;
   double ms_fwd_bwd = 0, ms_fwd = 0, ms_optimizer = 0, ms_data = 0;  // medians per micro-step (optimizer per step)
   double ms_accumulate = 0;          // median time of zeroing the gradient sums, once per optimizer step (accum > 1; the step plan adds into them)
