@@ -221,27 +221,27 @@ constexpr const MicroKernel* kKernels[kMr] = {kRow<1, ACC>, kRow<2, ACC>, kRow<3
 // the tile's first row on the causal line's scale): what lies past the line
 // is zero (P, dS) or never read (scores past a row's last key), so it is
 // skipped, exactly: adding the zero products changes no bit.
-//   n_end:   rows are queries, columns keys: columns [0, round16(t + mr)) only;
+//   NEnd:    rows are queries, columns keys: columns [0, round16(t + mr)) only;
 //            the rest of C is left as it was (not read: the rows' keys end there).
-//   k_end:   rows are queries, k pairs of keys: pairs up to key t + mr (its P, dS zero past it).
-//   k_begin: rows are keys, k pairs of queries: pairs from query t on (the
+//   KEnd:    rows are queries, k pairs of keys: pairs up to key t + mr (its P, dS zero past it).
+//   KBegin:  rows are keys, k pairs of queries: pairs from query t on (the
 //            first query that sees key i; P, dS zero before it).
-enum class Trim { none, n_end, k_end, k_begin };
+enum class Trim { None, NEnd, KEnd, KBegin };
 
 // C [m × n] (+)= A [m × 2kp] · B [2kp × n]; n a multiple of 16. A as in mk.
 MILRT_VB16 void vmm(int64_t m, int64_t n, int64_t kp, const uint32_t* a, int64_t ars, int64_t aks, const uint32_t* b,
-                    int64_t ldb, float* c, int64_t ldc, bool acc, Trim trim = Trim::none, int64_t c0 = 0) {
+                    int64_t ldb, float* c, int64_t ldc, bool acc, Trim trim = Trim::None, int64_t c0 = 0) {
   for (int64_t j = 0; j < n; j += 16 * kNv) {
     const int64_t nv = std::min<int64_t>(kNv, (n - j) / 16);
     for (int64_t i = 0; i < m; i += kMr) {
       const int64_t mr = std::min<int64_t>(kMr, m - i), t = i + c0;
       int64_t tile_nv = nv, kb = 0, ke = kp;
-      if (trim == Trim::n_end) {
+      if (trim == Trim::NEnd) {
         const int64_t n_end = round_up(std::clamp<int64_t>(t + mr, 0, n), 16);
         tile_nv = std::clamp<int64_t>((n_end - j) / 16, 0, nv);
       }
-      if (trim == Trim::k_end) ke = std::min(kp, (std::clamp<int64_t>(t + mr, 0, 2 * kp) + 1) / 2);
-      if (trim == Trim::k_begin) kb = std::min(kp, std::max<int64_t>(t, 0) / 2);
+      if (trim == Trim::KEnd) ke = std::min(kp, (std::clamp<int64_t>(t + mr, 0, 2 * kp) + 1) / 2);
+      if (trim == Trim::KBegin) kb = std::min(kp, std::max<int64_t>(t, 0) / 2);
       if (tile_nv == 0) continue;
       (acc ? kKernels<true> : kKernels<false>)[mr - 1][tile_nv - 1](ke - kb, a + i * ars + kb * aks, ars, aks,
                                                                     b + kb * ldb + j, ldb, c + i * ldc + j, ldc);
@@ -275,7 +275,7 @@ MILRT_VB16 void forward(const float* q, const float* k, const float* v, float* o
       const bool trim = cut && mask.kind == AttentionMaskKind::none;
       const int64_t c0 = i0 + offset - j0;
       vmm(bq, bk16, d / 2, qw + i0 * (d / 2), d / 2, 1, L.kt + j0, ldk, L.s, kTileK, false,
-          trim ? Trim::n_end : Trim::none, c0);
+          trim ? Trim::NEnd : Trim::None, c0);
       float scale = sh.scale;
       if (mask.kind != AttentionMaskKind::none) {
         scale_tile(L.s, kTileK, bq, bk, scale);
@@ -290,7 +290,7 @@ MILRT_VB16 void forward(const float* q, const float* k, const float* v, float* o
         const float corr = softmax_row(L.s + r * kTileK, n, bk16, scale, L.m[r], L.l[r], L.p + r * kTileK);
         if (corr != 1.0f) scale_row(L.ob + r * dv, dv, corr);
       }
-      vmm(bq, dv, bk2 / 2, pw, kTileK / 2, 1, L.vv + j0 / 2 * dv, dv, L.ob, dv, true, trim ? Trim::k_end : Trim::none,
+      vmm(bq, dv, bk2 / 2, pw, kTileK / 2, 1, L.vv + j0 / 2 * dv, dv, L.ob, dv, true, trim ? Trim::KEnd : Trim::None,
           c0);
     }
     for (int64_t r = 0; r < bq; ++r) {
@@ -347,9 +347,9 @@ MILRT_VB16 void backward(const float* q, const float* k, const float* v, const f
       const bool cut = sh.causal && j0 + bk - 1 > r0 + offset;
       // Without a mask, the products skip what lies past the causal line
       // (Trim); row r of the chunk sees keys [j0, r0 + r + offset + 1).
-      const Trim trim_n = cut && !masked ? Trim::n_end : Trim::none;
-      const Trim trim_k = cut && !masked ? Trim::k_end : Trim::none;
-      const Trim trim_kb = cut && !masked ? Trim::k_begin : Trim::none;
+      const Trim trim_n = cut && !masked ? Trim::NEnd : Trim::None;
+      const Trim trim_k = cut && !masked ? Trim::KEnd : Trim::None;
+      const Trim trim_kb = cut && !masked ? Trim::KBegin : Trim::None;
       const int64_t c0 = r0 + offset - j0;
       vmm(cq, bk16, d / 2, qw + r0 * (d / 2), d / 2, 1, L.kt + j0, ldk, L.s, kBlockK, false, trim_n, c0);
       vmm(cq, bk16, dvn / 2, dow + r0 * (dvn / 2), dvn / 2, 1, L.vt + j0, ldk, L.dp, kBlockK, false, trim_n, c0);
