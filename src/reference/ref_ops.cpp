@@ -19,6 +19,13 @@ RefFn find_ref(const std::string& type) {
   return it == table().end() ? nullptr : it->second;
 }
 
+std::vector<std::string> reference_ops() {
+  ensure_ref_ops_registered();
+  std::vector<std::string> r;
+  for (auto& [k, v] : table()) r.push_back(k);
+  return r;
+}
+
 void ensure_ref_ops_registered() {
   static std::once_flag once;
   std::call_once(once, [] {

@@ -75,6 +75,7 @@ class RefCtx {
 using RefFn = void (*)(RefCtx&);
 void register_ref(const std::string& type, RefFn fn);
 RefFn find_ref(const std::string& type);
+std::vector<std::string> reference_ops();  // every type with a RefFn, sorted
 
 // Registration entry points, one per op family (src/reference/ops/*.cpp).
 void register_ref_const_ops();
