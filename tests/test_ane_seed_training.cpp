@@ -41,7 +41,9 @@ struct AneRun {
   TensorMap weights;
 };
 
-AneRun run_ane(size_t budget = 119, size_t resident = 6, int64_t steps = kSteps, double loss_scale = 1) {
+// The seed's constant weights unless `dynamic` (the trainer's default).
+AneRun run_ane(size_t budget = 119, size_t resident = 6, int64_t steps = kSteps, double loss_scale = 1,
+               bool dynamic = false) {
   const SeedLayerConfig c = small_layer();
   TensorMap all = seed_layer_synthetic_inputs(c, 42);
   AneRun r;
@@ -52,6 +54,7 @@ AneRun run_ane(size_t budget = 119, size_t resident = 6, int64_t steps = kSteps,
   o.compile_budget = budget;
   o.max_resident = resident;
   o.loss_scale = loss_scale;
+  o.dynamic_weights = dynamic;
   r.log = train_seed_layer_ane(c, all.at("x"), all.at("target"), r.weights, o, sim_devices(budget));
   return r;
 }
@@ -159,6 +162,46 @@ TEST(AneSeedTraining, MatchesTheCpuTrainerForTenSteps) {
   EXPECT_EQ(ane.log.totals.evictions, 0);
 }
 
+// Dynamic weights (llm/seed_dynamic_weights.h): each kernel compiled once
+// per run, the weights written into the kernels' inputs every step. The
+// dynamic kernels give their constant twins' bits on the simulator
+// (test_ane_dynamic_weights) and the packed weights are the same fp16
+// roundings of the same master weights, so the ten steps must equal the
+// constant-weight run bit for bit, and so match the CPU trainer within the
+// tolerances above. Six compiles also fit a budget of six, where constant
+// weights would restart before every step.
+TEST(AneSeedTraining, DynamicWeightsCompileEachKernelOnce) {
+  const AneRun constant = run_ane();
+  const AneRun dynamic = run_ane(119, 6, kSteps, 1, true);
+  const CpuRun cpu = run_cpu();
+  ASSERT_EQ(dynamic.log.rows.size(), size_t(kSteps));
+  for (size_t i = 0; i < size_t(kSteps); ++i) {
+    const AneTrainRow &d = dynamic.log.rows[i], &c = constant.log.rows[i];
+    std::printf("[ane-seed] step %2zu constant weights %.1f ms (lowering %.1f, device %.1f), dynamic %.1f ms "
+                "(lowering %.1f, device %.1f), compiles %lld -> %lld\n",
+                i + 1, c.ms, c.lower_ms, c.device_ms, d.ms, d.lower_ms, d.device_ms, (long long)c.totals.compiles,
+                (long long)d.totals.compiles);
+    EXPECT_EQ(d.loss, c.loss) << "step " << i + 1;
+    EXPECT_EQ(d.grad_norm, c.grad_norm) << "step " << i + 1;
+    EXPECT_NEAR(d.loss, cpu.log.rows[i].loss, kLossRel * cpu.log.rows[i].loss) << "step " << i + 1;
+    EXPECT_EQ(d.totals.compiles, 6) << "step " << i + 1;
+  }
+  EXPECT_TRUE(same_weights(dynamic.weights, constant.weights));
+  EXPECT_EQ(dynamic.log.totals.compiles, 6);
+  EXPECT_EQ(dynamic.log.totals.restarts, 0);
+  EXPECT_EQ(dynamic.log.totals.evictions, 0);
+
+  const AneRun tight = run_ane(6, 6, 4, 1, true);
+  EXPECT_EQ(tight.log.totals.compiles, 6);
+  EXPECT_EQ(tight.log.totals.restarts, 0);
+  // Three resident kernels: every kernel recompiled at every use, as with
+  // constant weights, and the same bits as the run keeping all six.
+  const AneRun evicting = run_ane(119, 3, 4, 1, true);
+  const AneRun base4 = run_ane(119, 6, 4, 1, true);
+  EXPECT_EQ(evicting.log.totals.compiles, 6 * 4);
+  EXPECT_TRUE(same_weights(evicting.weights, base4.weights));
+}
+
 // A loss scale multiplies dy before fp16 and divides the gradients after:
 // the losses and the gradients' norm (a forgotten unscale would be 1024
 // times off; Adam's update alone would not show it) stay the CPU trainer's.
@@ -215,6 +258,7 @@ TEST(AneSeedTraining, RefusesWhatTheEngineCannotDo) {
   AneDeviceFactory same = [shared] { return std::shared_ptr<milrt_ane_device>(shared, shared->table()); };
   o.steps = 3;
   o.compile_budget = 12;
+  o.dynamic_weights = false;  // with dynamic weights six compiles serve every step: no restart to refuse
   expect_error_containing([&] { train_seed_layer_ane(s, in.at("x"), in.at("target"), ws, o, same); },
                           "restart it from a checkpoint");
 }
@@ -228,7 +272,7 @@ TEST(AneSeedTrainingCli, OneStepAtTheSeedsSizeAndRefusals) {
   CliResult r = run_cli({"train", "--config", "seed-layer", "--engine", "ane-sim", "--steps", "1", "--accum", "1"}, 600);
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   for (const char* s : {"precision fp16 on ane-sim", "budget 119 compiles per device", "=== ane-sim efficiency report",
-                        "compiles 6 | evictions 0 | restarts 0"})
+                        "compiles 6 | evictions 0 | restarts 0", "each compiled once, weights packed into their inputs"})
     EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
   const size_t at = r.out.find("step 1/1 | loss ");
   ASSERT_NE(at, std::string::npos) << r.out;
@@ -260,6 +304,7 @@ TEST(AneSeedTrainingCli, OneStepAtTheSeedsSizeAndRefusals) {
   refused(with({"--resume"}), "does not take --resume");
   refused({"train", "--config", "tiny", "--engine", "ane-sim"}, "trains --config seed-layer only");
   refused({"train", "--config", "tiny", "--loss-scale", "2"}, "--loss-scale is for --engine ane-sim|ane");
+  refused({"train", "--config", "tiny", "--ane-weights", "constant"}, "--ane-weights is for --engine ane-sim|ane");
 #if !defined(__APPLE__)
   refused({"train", "--config", "seed-layer", "--engine", "ane"}, "the Neural Engine needs macOS");
 #endif

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <future>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
@@ -15,6 +16,7 @@
 #include "ane/executor.h"
 #include "ane/partition.h"
 #include "kernels/gemm.h"
+#include "llm/seed_dynamic_weights.h"
 #include "llm/seed_layer_builder.h"
 #include "milrt/dtype.h"
 #include "milrt/error.h"
@@ -33,16 +35,24 @@ enum Kernel { kFwdAttn, kFwdFfn, kFfnBwd, kSdpaBwd1, kSdpaBwd2, kQkvBwd, kKernel
 constexpr int kWeightKernels = 5;
 const char* const kKernelNames[kKernels] = {"sdpa_fwd_taps", "ffn_fwd_taps", "ffn_bwd", "sdpa_bwd1", "sdpa_bwd2", "qkv_bwd"};
 
-// Blocks of rows, each [channels, S], concatenated on C into one fp16
-// [1, C, 1, S] input (the seed's io_write_multi_fp16).
-Tensor pack_rows(const std::vector<const Rows*>& blocks, int64_t S) {
-  int64_t C = 0;
-  for (const Rows* b : blocks) C += int64_t(b->size()) / S;
-  Tensor t(DType::FP16, {1, C, 1, S});
+// The weight-bearing kernels: the trainer's index and the builders' name.
+constexpr std::array<std::pair<int, SeedWeightKernel>, kWeightKernels> kWeighted = {{
+    {kFwdAttn, SeedWeightKernel::SdpaFwdTaps},
+    {kFwdFfn, SeedWeightKernel::FfnFwdTaps},
+    {kFfnBwd, SeedWeightKernel::FfnBwd},
+    {kSdpaBwd1, SeedWeightKernel::SdpaBwd1},
+    {kQkvBwd, SeedWeightKernel::QkvBwd},
+}};
+
+// Blocks of rows, each [channels, S], concatenated on C into columns [0, S)
+// of the fp16 [1, C, 1, W] input `t` (the seed's io_write_multi_fp16; W > S
+// when weights are packed beside them).
+void write_rows(Tensor& t, const std::vector<const Rows*>& blocks, int64_t S) {
+  const int64_t W = t.shape()[3];
   uint16_t* dst = t.mutable_ptr<uint16_t>();
   for (const Rows* b : blocks)
-    for (float v : *b) *dst++ = f32_to_f16(v);
-  return t;
+    for (size_t i = 0; i < b->size(); i += size_t(S), dst += W)
+      for (int64_t s = 0; s < S; ++s) dst[s] = f32_to_f16((*b)[i + size_t(s)]);
 }
 
 // Channels [ch, ch + n) of a kernel's fp16 output as fp32 rows (io_read_fp16).
@@ -134,12 +144,14 @@ class DeviceKernels {
   }
   ~DeviceKernels() { unload_all(); }
 
-  // Compiles one optimizer step needs at most: the weight-bearing kernels,
-  // sdpa_bwd2 if it is not loaded, and with fewer than six resident slots
-  // every kernel at every micro-step (their cyclic use defeats an LRU).
+  // Compiles one optimizer step needs at most: with fewer than six resident
+  // slots every kernel at every micro-step (their cyclic use defeats an
+  // LRU); else the kernels not loaded, and with constant weights the five
+  // weight-bearing ones in any case.
   size_t compiles_needed(int64_t accum) const {
     if (opt_.max_resident < kKernels) return size_t(kKernels) * size_t(accum);
-    return kWeightKernels + (slots_[kSdpaBwd2].exec ? 0 : 1);
+    if (!opt_.dynamic_weights) return kWeightKernels + (slots_[kSdpaBwd2].exec ? 0 : 1);
+    return kKernels - resident();
   }
   size_t compiles_used() const { return device_->compile_count(device_->context); }
 
@@ -163,7 +175,7 @@ class DeviceKernels {
                               device_->name, compiles_used(), opt_.compile_budget, needed));
   }
 
-  // Replaces kernel k's program (new weights): its old one is unloaded.
+  // Replaces kernel k's program (new constant weights): its old one is unloaded.
   void set(int k, const Program& p) {
     Slot& s = slots_[size_t(k)];
     s.exec.reset();
@@ -272,6 +284,20 @@ AneTrainLog train_seed_layer_ane(const SeedLayerConfig& cfg, const Tensor& x, co
     throw Error(fmt::format("ane: an optimizer step needs {} compiles, a device allows {}{}", dev.compiles_needed(opt.accum),
                             opt.compile_budget, opt.max_resident < kKernels ? ": keep all six kernels resident" : ""));
   dev.set(kSdpaBwd2, seed_sdpa_bwd2(cfg));
+  // With dynamic weights: each weight-bearing kernel's packed input, the
+  // weights rewritten once per step, the activations per micro-step.
+  std::array<std::optional<SeedDynamicLayout>, kKernels> layout;
+  std::array<Tensor, kKernels> packed;
+  auto input = [&](int k, const std::vector<const Rows*>& blocks) {
+    Tensor& t = packed[size_t(k)];
+    if (!layout[size_t(k)]) {  // constant weights (or none): the activations alone
+      int64_t C = 0;
+      for (const Rows* b : blocks) C += int64_t(b->size()) / S;
+      t = Tensor(DType::FP16, {1, C, 1, S});
+    }
+    write_rows(t, blocks, S);
+    return t;
+  };
   AdamW adam(opt.adamw, weights);
   TensorMap grads;
   for (auto& [name, w] : weights) grads[name] = Tensor(DType::FP32, w.shape());
@@ -285,11 +311,18 @@ AneTrainLog train_seed_layer_ane(const SeedLayerConfig& cfg, const Tensor& x, co
       dev.restart_device(opt.accum);
     auto t0 = Clock::now();
     const SeedLayerWeights w16 = fp16_weights(weights);
-    dev.set(kFwdAttn, seed_sdpa_fwd_taps(cfg, w16));
-    dev.set(kFwdFfn, seed_ffn_fwd_taps(cfg, w16));
-    dev.set(kFfnBwd, seed_ffn_bwd(cfg, w16));
-    dev.set(kSdpaBwd1, seed_sdpa_bwd1(cfg, w16));
-    dev.set(kQkvBwd, seed_qkv_bwd(cfg, w16));
+    for (auto [k, sk] : kWeighted) {
+      if (!opt.dynamic_weights) {
+        dev.set(k, seed_kernel(sk, cfg, w16));
+        continue;
+      }
+      if (!layout[size_t(k)]) {  // first step: the kernel and its input, once
+        dev.set(k, seed_dynamic_kernel(sk, cfg));
+        layout[size_t(k)] = seed_dynamic_layout(sk, cfg);
+        packed[size_t(k)] = Tensor(DType::FP16, layout[size_t(k)]->shape());
+      }
+      seed_write_dynamic_weights(*layout[size_t(k)], w16, packed[size_t(k)]);
+    }
     row.lower_ms = ms_since(t0);
     for (auto& [name, g] : grads) std::fill_n(g.mutable_ptr<float>(), g.numel(), 0.0f);
 
@@ -304,13 +337,13 @@ AneTrainLog train_seed_layer_ane(const SeedLayerConfig& cfg, const Tensor& x, co
       Acts b;               // what the worker's tasks read
       SerialWorker worker;  // declared after b: finishes before b goes, also on an exception
       // Forward.
-      const Tensor fa = on_device(kFwdAttn, pack_rows({&x_in}, S));
+      const Tensor fa = on_device(kFwdAttn, input(kFwdAttn, {&x_in}));
       const Rows o = read_rows(fa, 0, D, S);
       b.attn = read_rows(fa, 4 * D, D, S), b.xnorm = read_rows(fa, 5 * D, D, S);
       const Rows Q = read_rows(fa, D, D, S), K = read_rows(fa, 2 * D, D, S), V = read_rows(fa, 3 * D, D, S);
       Rows x2(x_in.size());
       for (size_t i = 0; i < x2.size(); ++i) x2[i] = x_in[i] + o[i];
-      const Tensor ff = on_device(kFwdFfn, pack_rows({&x2}, S));
+      const Tensor ff = on_device(kFwdFfn, input(kFwdFfn, {&x2}));
       const Rows ffn = read_rows(ff, 0, D, S), h1 = read_rows(ff, D, H, S), h3 = read_rows(ff, D + H, H, S);
       b.gate = read_rows(ff, D + 2 * H, H, S), b.x2norm = read_rows(ff, D + 3 * H, D, S);
       // Residual, loss and its gradient.
@@ -325,7 +358,7 @@ AneTrainLog train_seed_layer_ane(const SeedLayerConfig& cfg, const Tensor& x, co
       loss_sum += loss / n;
 
       // Backward.
-      const Tensor fb = on_device(kFfnBwd, pack_rows({&b.dy, &h1, &h3}, S));
+      const Tensor fb = on_device(kFfnBwd, input(kFfnBwd, {&b.dy, &h1, &h3}));
       const Rows dx_ffn = read_rows(fb, 0, D, S);
       b.dh1 = read_rows(fb, D, H, S), b.dh3 = read_rows(fb, D + H, H, S);
       worker.post([&] {
@@ -340,17 +373,17 @@ AneTrainLog train_seed_layer_ane(const SeedLayerConfig& cfg, const Tensor& x, co
       row.cpu_ms += ms_since(t0);
       worker.post([&] { add_weight_grad(grads.at("wo"), b.dx2, b.attn, S); });
 
-      const Tensor b1 = on_device(kSdpaBwd1, pack_rows({&Q, &K, &V, &b.dx2}, S));
+      const Tensor b1 = on_device(kSdpaBwd1, input(kSdpaBwd1, {&Q, &K, &V, &b.dx2}));
       b.dV = read_rows(b1, 0, D, S);
       const Rows probs = read_rows(b1, D, SC, S), dp = read_rows(b1, D + SC, SC, S);
-      const Tensor b2 = on_device(kSdpaBwd2, pack_rows({&probs, &dp, &Q, &K}, S));
+      const Tensor b2 = on_device(kSdpaBwd2, input(kSdpaBwd2, {&probs, &dp, &Q, &K}));
       b.dQ = read_rows(b2, 0, D, S), b.dK = read_rows(b2, D, D, S);
       worker.post([&] {
         add_weight_grad(grads.at("wq"), b.dQ, b.xnorm, S);
         add_weight_grad(grads.at("wk"), b.dK, b.xnorm, S);
         add_weight_grad(grads.at("wv"), b.dV, b.xnorm, S);
       });
-      const Tensor qb = on_device(kQkvBwd, pack_rows({&b.dQ, &b.dK, &b.dV}, S));
+      const Tensor qb = on_device(kQkvBwd, input(kQkvBwd, {&b.dQ, &b.dK, &b.dV}));
       const Rows dx_attn = read_rows(qb, 0, D, S);
       t0 = Clock::now();
       rmsnorm_backward(nullptr, grads.at("rms_att"), dx_attn, x_in, weights.at("rms_att"), D, S);

@@ -1,10 +1,16 @@
 // The second seed's training loop (train_large.m) through the Neural Engine
 // backend: `milrt train --config seed-layer --engine ane-sim` (or `ane`).
 //
-// Per optimizer step, as the seed does per batch: the five weight-bearing
-// kernels of llm/seed_kernels.h are rebuilt with the current weights rounded
-// to fp16 and compiled (the engine fixes weights at compile time); the
-// weight-free sdpa_bwd2 is compiled once per device. Per micro-step:
+// Weights reach the kernels in one of two ways (AneTrainOptions::
+// dynamic_weights). Dynamic (the default): the five weight-bearing kernels'
+// twins of llm/seed_dynamic_weights.h take the weights in their one input,
+// beside the activations; every kernel compiles once per device (6 compiles
+// per run) and each optimizer step writes the current weights, rounded to
+// fp16, into the packed inputs. Constant, as the seed does per batch: the
+// five kernels are rebuilt with the weights as constants and compiled every
+// optimizer step (6 + 5 per further step; the engine fixes constant weights
+// at compile time), and the weight-free sdpa_bwd2 once per device. Both give
+// the same bits on the simulated device. Per micro-step:
 //
 //   device  sdpa_fwd_taps(x) -> o, Q, K, V, attn, xnorm
 //   CPU     x2 = x + o
@@ -31,7 +37,8 @@
 // step's compiles would pass the device's budget, the trainer does the
 // seed's checkpoint-and-restart in process: it unloads every program and
 // opens a fresh device (see restart_device in the .cpp for the macOS path,
-// where the budget is per process and the restart is an exec()).
+// where the budget is per process and the restart is an exec()). With
+// dynamic weights and all six kernels resident, that never happens.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -62,7 +69,8 @@ struct AneTrainRow {
   double loss = 0;     // mean over the step's micro-steps, before its update
   double grad_norm = 0;  // global L2 norm of the averaged, unscaled gradients (AdamW::step's)
   double ms = 0;       // the whole step: lowering, compiles, micro-steps, AdamW
-  double lower_ms = 0;   // building and partitioning the weight-bearing kernels
+  double lower_ms = 0;   // building and partitioning the weight-bearing kernels (dynamic weights: on step 1
+                         // only) and writing the weights into their packed inputs
   double device_ms = 0;  // inside the executors: packing, compiles, evaluation
   double cpu_ms = 0;     // residuals, loss, RMSNorm backward, waiting for dW, AdamW
   AneTrainStats totals;  // after this step
@@ -81,6 +89,12 @@ struct AneTrainOptions {
   // significant bits. The backward pass is linear in dy, so a power of two
   // here changes nothing but that rounding; an overflow is an Error.
   double loss_scale = 1;
+  // Weights packed into the kernels' inputs, each kernel compiled once per
+  // device (seed_dynamic_weights.h), instead of constants recompiled every
+  // step. Same numerics on the simulator; on the chip, whether its compiler
+  // accepts matmul on weights sliced from the input at these sizes is
+  // unverified (the seed's own attention matmuls take two runtime operands).
+  bool dynamic_weights = true;
   const std::atomic<bool>* stop = nullptr;  // set: return after the current step
   std::function<void(const AneTrainRow&)> on_step;
 };

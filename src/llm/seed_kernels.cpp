@@ -2,9 +2,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "llm/seed_dynamic_weights.h"
 #include "milrt/builder.h"
 #include "milrt/error.h"
 
@@ -45,11 +47,28 @@ Tensor conv_weight(const Tensor& w, const std::string& name, int64_t rows, int64
 // 1/sqrt(head dim), the attention score scale.
 double score_scale(const SeedLayerConfig& c) { return 1.0 / std::sqrt(double(c.dim / c.heads)); }
 
+// Where a kernel's weights come from: constants made from `constant` (the
+// seed's kernels), or rectangles of the packed input that `dynamic` describes
+// (seed_dynamic_weights.h).
+struct WeightSource {
+  const SeedLayerWeights* constant = nullptr;
+  std::optional<SeedDynamicLayout> dynamic;
+};
+
+WeightSource constant_weights(const SeedLayerWeights& w) { return {&w, std::nullopt}; }
+WeightSource dynamic_weights(SeedWeightKernel k, const SeedLayerConfig& c) {
+  check_config(c);
+  return {nullptr, seed_dynamic_layout(k, c)};
+}
+
 class Kernel {
  public:
-  Kernel(const SeedLayerConfig& c, int64_t in_channels) : c_(c), f_("main") {
+  Kernel(const SeedLayerConfig& c, int64_t in_channels, WeightSource src = {})
+      : c_(c), f_("main"), src_(std::move(src)) {
     check_config(c);
-    x_ = f_.input("x", Type::tensor(DType::FP16, {1, in_channels, 1, c.seq}));
+    const SeedDynamicLayout* d = src_.dynamic ? &*src_.dynamic : nullptr;
+    if (d && d->channels != in_channels) throw Error("seed kernels: dynamic layout and kernel disagree on channels");
+    x_ = f_.input("x", Type::tensor(DType::FP16, {1, in_channels, 1, d ? d->width : c.seq}));
   }
 
   int64_t hd() const { return c_.dim / c_.heads; }
@@ -69,18 +88,51 @@ class Kernel {
   Value boolean(const std::string& name, bool v) { return f_.constant(name, Tensor::scalar(DType::Bool, v)); }
   Value f16(const std::string& name, double v) { return f_.constant(name, Tensor::scalar(DType::FP16, v)); }
 
-  // The seed's CONV_CONST block: stride 1, no padding, one group.
+  // The seed's CONV_CONST block: stride 1, no padding, one group (constant
+  // weights only: dynamic ones go through matmul).
   void conv_consts() {
+    if (src_.dynamic) return;
     pt_ = f_.constant("pt", Tensor::from_strings({}, {"valid"}));
     st_ = ints("st", {1, 1});
     pd_ = ints("pd", {0, 0, 0, 0});
     dl_ = ints("dl", {1, 1});
     gr_ = i32("gr", 1);
   }
-  // A 1x1 conv: a matrix product over channels at every sequence position.
-  Value conv(const std::string& out, const Value& weight, const Value& x) {
-    return f_.op("conv", out, {{"dilations", dl_}, {"groups", gr_}, {"pad", pd_}, {"pad_type", pt_},
-                               {"strides", st_}, {"weight", weight}, {"x", x}});
+  // A weight as `project` applies it: the matrix A of y = A·x, which is the
+  // seed's W [out, in] (rows x cols) or, for `backward`, its transpose.
+  // Constant: a conv weight [A rows, A cols, 1, 1] named `value`. Dynamic:
+  // its rectangle of the input sliced and reshaped to the matrix `value`
+  // [1, 1, r, c], which holds A or Aᵀ (`transpose`, matmul's transpose_x).
+  struct Weight {
+    Value v;
+    bool transpose = false;
+  };
+  Weight weight(const std::string& value, const std::string& name, int64_t rows, int64_t cols, bool backward) {
+    if (!src_.dynamic)
+      return {tensor(value, conv_weight(seed_weight(*src_.constant, name), name, rows, cols, backward))};
+    const SeedPackedWeight& p = src_.dynamic->weight(name);
+    const bool transpose = p.transposed != backward;  // the rectangle holds Aᵀ
+    const int64_t a_rows = backward ? cols : rows, a_cols = backward ? rows : cols;
+    if ((transpose ? Shape{a_cols, a_rows} : Shape{a_rows, a_cols}) != Shape{p.rows, p.cols})
+      throw Error("seed kernels: the packed rectangle of " + name + " does not hold its matrix");
+    Value r = slice(value + "_p", ints(value + "_b", {0, p.channel, 0, p.column}),
+                    ints(value + "_z", {1, p.rows, 1, p.cols}));
+    Value m = op("reshape", value, {{"shape", ints(value + "_s", {1, 1, p.rows, p.cols})}, {"x", r}});
+    return {m, transpose};
+  }
+  // y = A·x over channels at every sequence position: a 1x1 conv with a
+  // constant weight, else matmul on [1, 1, channels, seq] views. Both sum
+  // the products in input-channel order from zero in the reference
+  // executor, so the two forms give the same bits.
+  Value project(const std::string& out, const Weight& w, const Value& x) {
+    if (!src_.dynamic)
+      return f_.op("conv", out, {{"dilations", dl_}, {"groups", gr_}, {"pad", pd_}, {"pad_type", pt_},
+                                 {"strides", st_}, {"weight", w.v}, {"x", x}});
+    const int64_t in = x.type.shape.at(1), rows = w.v.type.shape.at(w.transpose ? 3 : 2);
+    Value xm = op("reshape", out + "_x", {{"shape", ints(out + "_xs", {1, 1, in, c_.seq})}, {"x", x}});
+    Value tx = boolean(out + "_tx", w.transpose), ty = boolean(out + "_ty", false);
+    Value ym = op("matmul", out + "_m", {{"transpose_x", tx}, {"transpose_y", ty}, {"x", w.v}, {"y", xm}});
+    return op("reshape", out, {{"shape", ints(out + "_ys", {1, rows, 1, c_.seq})}, {"x", ym}});
   }
 
   // Channels [begin, begin + size) of the input.
@@ -109,9 +161,10 @@ class Kernel {
   }
 
   // The seed's in-kernel RMSNorm: x * (mean(x^2) + eps)^-0.5 * w.
-  Value rmsnorm(const Tensor& w, const std::string& w_name) {
-    check_weight(w, w_name, {c_.dim});
-    Value sq = op("mul", "sq", {{"x", x_}, {"y", x_}});
+  Value rmsnorm(const std::string& w_name) {
+    // With packed weights, the activations are the input's columns [0, seq).
+    const Value x = src_.dynamic ? slice("xa", ints("xab", {0, 0, 0, 0}), ints("xas", {1, c_.dim, 1, c_.seq})) : x_;
+    Value sq = op("mul", "sq", {{"x", x}, {"y", x}});
     Value rax = ints("rax", {1});
     Value kd = boolean("kd", true);
     Value ss = op("reduce_sum", "ss", {{"x", sq}, {"axes", rax}, {"keep_dims", kd}});
@@ -121,9 +174,20 @@ class Kernel {
     Value ss3 = op("add", "ss3", {{"x", ss2}, {"y", eps}});
     Value nhalf = f16("nhalf", -0.5);
     Value rrms = op("pow", "rrms", {{"x", ss3}, {"y", nhalf}});
-    Value xr = op("mul", "xr", {{"x", x_}, {"y", rrms}});
-    Value rw = tensor("rw", w.reshaped({1, c_.dim, 1, 1}));
+    Value xr = op("mul", "xr", {{"x", x}, {"y", rrms}});
+    Value rw = gain("rw", w_name);
     return op("mul", "xn", {{"x", xr}, {"y", rw}});
+  }
+
+  // An RMSNorm gain as [1, dim, 1, 1]: a constant, or its column of the input.
+  Value gain(const std::string& value, const std::string& name) {
+    if (!src_.dynamic) {
+      const Tensor& w = seed_weight(*src_.constant, name);
+      check_weight(w, name, {c_.dim});
+      return tensor(value, w.reshaped({1, c_.dim, 1, 1}));
+    }
+    const SeedPackedWeight& p = src_.dynamic->weight(name);
+    return slice(value, ints(value + "_b", {0, p.channel, 0, p.column}), ints(value + "_z", {1, p.rows, 1, 1}));
   }
 
   // concat(values) along channels, as every kernel ends.
@@ -141,6 +205,7 @@ class Kernel {
  private:
   SeedLayerConfig c_;
   FunctionBuilder f_;
+  WeightSource src_;
   Value x_, pt_, st_, pd_, dl_, gr_;
 };
 
@@ -154,17 +219,20 @@ Tensor seed_causal_mask(int seq) {
   return m;
 }
 
-Program seed_sdpa_fwd_taps(const SeedLayerConfig& c, const SeedLayerWeights& w) {
-  Kernel k(c, c.dim);
-  Value xn = k.rmsnorm(w.rms1, "rms1");
+namespace {
+
+// The five weight-bearing kernels, each with constant or packed weights.
+Program build_sdpa_fwd_taps(const SeedLayerConfig& c, WeightSource src) {
+  Kernel k(c, c.dim, std::move(src));
+  Value xn = k.rmsnorm("rms1");
   k.conv_consts();
-  Value wq = k.tensor("Wq", conv_weight(w.wq, "wq", c.dim, c.dim, false));
-  Value wk = k.tensor("Wk", conv_weight(w.wk, "wk", c.dim, c.dim, false));
-  Value wv = k.tensor("Wv", conv_weight(w.wv, "wv", c.dim, c.dim, false));
-  Value wo = k.tensor("Wo", conv_weight(w.wo, "wo", c.dim, c.dim, false));
-  Value qf = k.conv("qf", wq, xn);
-  Value kf = k.conv("kf", wk, xn);
-  Value vf = k.conv("vf", wv, xn);
+  auto wq = k.weight("Wq", "wq", c.dim, c.dim, false);
+  auto wk = k.weight("Wk", "wk", c.dim, c.dim, false);
+  auto wv = k.weight("Wv", "wv", c.dim, c.dim, false);
+  auto wo = k.weight("Wo", "wo", c.dim, c.dim, false);
+  Value qf = k.project("qf", wq, xn);
+  Value kf = k.project("kf", wk, xn);
+  Value vf = k.project("vf", wv, xn);
   Value qsh = k.ints("qsh", {1, c.heads, k.hd(), c.seq});
   Value pm = k.ints("pm", {0, 1, 3, 2});
   Value q = k.to_heads("q4", "q", qf, qsh, pm);
@@ -177,28 +245,28 @@ Program seed_sdpa_fwd_taps(const SeedLayerConfig& c, const SeedLayerWeights& w) 
   Value at = k.op("transpose", "at", {{"perm", pm}, {"x", a4}});
   Value os = k.ints("os", {1, c.dim, 1, c.seq});
   Value af = k.op("reshape", "af", {{"shape", os}, {"x", at}});
-  Value oo = k.conv("oo", wo, af);
+  Value oo = k.project("oo", wo, af);
   return k.finish({oo, qf, kf, vf, af, xn});
 }
 
-Program seed_ffn_fwd_taps(const SeedLayerConfig& c, const SeedLayerWeights& w) {
-  Kernel k(c, c.dim);
-  Value xn = k.rmsnorm(w.rms2, "rms2");
+Program build_ffn_fwd_taps(const SeedLayerConfig& c, WeightSource src) {
+  Kernel k(c, c.dim, std::move(src));
+  Value xn = k.rmsnorm("rms2");
   k.conv_consts();
-  Value w1 = k.tensor("W1", conv_weight(w.w1, "w1", c.hidden, c.dim, false));
-  Value w3 = k.tensor("W3", conv_weight(w.w3, "w3", c.hidden, c.dim, false));
-  Value w2 = k.tensor("W2", conv_weight(w.w2, "w2", c.dim, c.hidden, false));
-  Value h1 = k.conv("h1", w1, xn);
-  Value h3 = k.conv("h3", w3, xn);
+  auto w1 = k.weight("W1", "w1", c.hidden, c.dim, false);
+  auto w3 = k.weight("W3", "w3", c.hidden, c.dim, false);
+  auto w2 = k.weight("W2", "w2", c.dim, c.hidden, false);
+  Value h1 = k.project("h1", w1, xn);
+  Value h3 = k.project("h3", w3, xn);
   Value sig = k.op("sigmoid", "sig", {{"x", h1}});
   Value silu = k.op("mul", "silu", {{"x", h1}, {"y", sig}});
   Value gate = k.op("mul", "gate", {{"x", silu}, {"y", h3}});
-  Value y = k.conv("y", w2, gate);
+  Value y = k.project("y", w2, gate);
   return k.finish({y, h1, h3, gate, xn});
 }
 
-Program seed_ffn_bwd(const SeedLayerConfig& c, const SeedLayerWeights& w) {
-  Kernel k(c, int64_t(c.dim) + 2 * int64_t(c.hidden));
+Program build_ffn_bwd(const SeedLayerConfig& c, WeightSource src) {
+  Kernel k(c, int64_t(c.dim) + 2 * int64_t(c.hidden), std::move(src));
   k.conv_consts();
   Value bd = k.ints("bd", {0, 0, 0, 0});
   Value sd = k.ints("sd", {1, c.dim, 1, c.seq});
@@ -208,8 +276,8 @@ Program seed_ffn_bwd(const SeedLayerConfig& c, const SeedLayerWeights& w) {
   Value h1 = k.slice("h1", b1, s1);
   Value b3 = k.ints("b3", {0, int64_t(c.dim) + c.hidden, 0, 0});
   Value h3 = k.slice("h3", b3, s1);
-  Value w2t = k.tensor("W2t", conv_weight(w.w2, "w2", c.dim, c.hidden, true));
-  Value dsilu = k.conv("dsilu", w2t, dffn);
+  auto w2t = k.weight("W2t", "w2", c.dim, c.hidden, true);
+  Value dsilu = k.project("dsilu", w2t, dffn);
   // silu'(h1) = sig * (1 + h1 * (1 - sig))
   Value sig = k.op("sigmoid", "sig", {{"x", h1}});
   Value one = k.f16("one", 1.0);
@@ -221,16 +289,16 @@ Program seed_ffn_bwd(const SeedLayerConfig& c, const SeedLayerWeights& w) {
   Value dh1 = k.op("mul", "dh1", {{"x", t1}, {"y", dsd}});
   Value slh = k.op("mul", "slh", {{"x", h1}, {"y", sig}});
   Value dh3 = k.op("mul", "dh3", {{"x", dsilu}, {"y", slh}});
-  Value w1t = k.tensor("W1t", conv_weight(w.w1, "w1", c.hidden, c.dim, true));
-  Value w3t = k.tensor("W3t", conv_weight(w.w3, "w3", c.hidden, c.dim, true));
-  Value dx1 = k.conv("dx1", w1t, dh1);
-  Value dx3 = k.conv("dx3", w3t, dh3);
+  auto w1t = k.weight("W1t", "w1", c.hidden, c.dim, true);
+  auto w3t = k.weight("W3t", "w3", c.hidden, c.dim, true);
+  Value dx1 = k.project("dx1", w1t, dh1);
+  Value dx3 = k.project("dx3", w3t, dh3);
   Value dx = k.op("add", "dx", {{"x", dx1}, {"y", dx3}});
   return k.finish({dx, dh1, dh3});
 }
 
-Program seed_qkv_bwd(const SeedLayerConfig& c, const SeedLayerWeights& w) {
-  Kernel k(c, 3 * int64_t(c.dim));
+Program build_qkv_bwd(const SeedLayerConfig& c, WeightSource src) {
+  Kernel k(c, 3 * int64_t(c.dim), std::move(src));
   k.conv_consts();
   Value sz = k.ints("sz", {1, c.dim, 1, c.seq});
   Value b0 = k.ints("b0", {0, 0, 0, 0});
@@ -239,18 +307,18 @@ Program seed_qkv_bwd(const SeedLayerConfig& c, const SeedLayerWeights& w) {
   Value dk = k.slice("dk", b1, sz);
   Value b2 = k.ints("b2", {0, 2 * int64_t(c.dim), 0, 0});
   Value dv = k.slice("dv", b2, sz);
-  Value wqt = k.tensor("Wqt", conv_weight(w.wq, "wq", c.dim, c.dim, true));
-  Value wkt = k.tensor("Wkt", conv_weight(w.wk, "wk", c.dim, c.dim, true));
-  Value wvt = k.tensor("Wvt", conv_weight(w.wv, "wv", c.dim, c.dim, true));
-  Value dxq = k.conv("dxq", wqt, dq);
-  Value dxk = k.conv("dxk", wkt, dk);
-  Value dxv = k.conv("dxv", wvt, dv);
+  auto wqt = k.weight("Wqt", "wq", c.dim, c.dim, true);
+  auto wkt = k.weight("Wkt", "wk", c.dim, c.dim, true);
+  auto wvt = k.weight("Wvt", "wv", c.dim, c.dim, true);
+  Value dxq = k.project("dxq", wqt, dq);
+  Value dxk = k.project("dxk", wkt, dk);
+  Value dxv = k.project("dxv", wvt, dv);
   Value dxqk = k.op("add", "dxqk", {{"x", dxq}, {"y", dxk}});
   return k.finish(k.op("add", "out", {{"x", dxqk}, {"y", dxv}}));
 }
 
-Program seed_sdpa_bwd1(const SeedLayerConfig& c, const SeedLayerWeights& w) {
-  Kernel k(c, 4 * int64_t(c.dim));
+Program build_sdpa_bwd1(const SeedLayerConfig& c, WeightSource src) {
+  Kernel k(c, 4 * int64_t(c.dim), std::move(src));
   k.conv_consts();
   Value sz = k.ints("sz", {1, c.dim, 1, c.seq});
   Value b0 = k.ints("b0", {0, 0, 0, 0});
@@ -262,8 +330,8 @@ Program seed_sdpa_bwd1(const SeedLayerConfig& c, const SeedLayerWeights& w) {
   Value b3 = k.ints("b3", {0, 3 * int64_t(c.dim), 0, 0});
   Value dx2f = k.slice("dx2f", b3, sz);
   // Through Wo: the gradient of the attention output.
-  Value wot = k.tensor("Wot", conv_weight(w.wo, "wo", c.dim, c.dim, true));
-  Value df = k.conv("df", wot, dx2f);
+  auto wot = k.weight("Wot", "wo", c.dim, c.dim, true);
+  Value df = k.project("df", wot, dx2f);
   Value rsh = k.ints("rsh", {1, c.heads, k.hd(), c.seq});
   Value pm = k.ints("pm", {0, 1, 3, 2});
   Value q = k.to_heads("qr", "q", qf, rsh, pm);
@@ -283,6 +351,53 @@ Program seed_sdpa_bwd1(const SeedLayerConfig& c, const SeedLayerWeights& w) {
   Value pf = k.op("reshape", "pf", {{"shape", scs}, {"x", probs}});
   Value dpf = k.op("reshape", "dpf", {{"shape", scs}, {"x", dp4}});
   return k.finish({dvf, pf, dpf});
+}
+
+}  // namespace
+
+Program seed_sdpa_fwd_taps(const SeedLayerConfig& c, const SeedLayerWeights& w) {
+  return build_sdpa_fwd_taps(c, constant_weights(w));
+}
+Program seed_ffn_fwd_taps(const SeedLayerConfig& c, const SeedLayerWeights& w) {
+  return build_ffn_fwd_taps(c, constant_weights(w));
+}
+Program seed_ffn_bwd(const SeedLayerConfig& c, const SeedLayerWeights& w) { return build_ffn_bwd(c, constant_weights(w)); }
+Program seed_qkv_bwd(const SeedLayerConfig& c, const SeedLayerWeights& w) { return build_qkv_bwd(c, constant_weights(w)); }
+Program seed_sdpa_bwd1(const SeedLayerConfig& c, const SeedLayerWeights& w) {
+  return build_sdpa_bwd1(c, constant_weights(w));
+}
+
+Program seed_dynamic_kernel(SeedWeightKernel k, const SeedLayerConfig& c) {
+  switch (k) {
+    case SeedWeightKernel::SdpaFwdTaps: return build_sdpa_fwd_taps(c, dynamic_weights(k, c));
+    case SeedWeightKernel::FfnFwdTaps: return build_ffn_fwd_taps(c, dynamic_weights(k, c));
+    case SeedWeightKernel::FfnBwd: return build_ffn_bwd(c, dynamic_weights(k, c));
+    case SeedWeightKernel::QkvBwd: return build_qkv_bwd(c, dynamic_weights(k, c));
+    case SeedWeightKernel::SdpaBwd1: return build_sdpa_bwd1(c, dynamic_weights(k, c));
+  }
+  throw Error("seed kernels: unknown kernel");
+}
+
+const char* seed_kernel_name(SeedWeightKernel k) {
+  switch (k) {
+    case SeedWeightKernel::SdpaFwdTaps: return "sdpa_fwd_taps";
+    case SeedWeightKernel::FfnFwdTaps: return "ffn_fwd_taps";
+    case SeedWeightKernel::FfnBwd: return "ffn_bwd";
+    case SeedWeightKernel::QkvBwd: return "qkv_bwd";
+    case SeedWeightKernel::SdpaBwd1: return "sdpa_bwd1";
+  }
+  return "?";
+}
+
+Program seed_kernel(SeedWeightKernel k, const SeedLayerConfig& c, const SeedLayerWeights& w) {
+  switch (k) {
+    case SeedWeightKernel::SdpaFwdTaps: return seed_sdpa_fwd_taps(c, w);
+    case SeedWeightKernel::FfnFwdTaps: return seed_ffn_fwd_taps(c, w);
+    case SeedWeightKernel::FfnBwd: return seed_ffn_bwd(c, w);
+    case SeedWeightKernel::QkvBwd: return seed_qkv_bwd(c, w);
+    case SeedWeightKernel::SdpaBwd1: return seed_sdpa_bwd1(c, w);
+  }
+  throw Error("seed kernels: unknown kernel");
 }
 
 Program seed_sdpa_bwd2(const SeedLayerConfig& c) {

@@ -19,6 +19,10 @@
 // (`gate` is silu(h1) * h3, the seed's "silu_out" tap; `attn` is the
 // attention output before Wo.) RMSNorm's backward, the residuals, the loss and
 // every weight gradient stay on the CPU in the seed.
+//
+// The five weight-bearing kernels also come as dynamic-weight twins
+// (seed_dynamic_kernel): the same outputs, the weights read from the input
+// (llm/seed_dynamic_weights.h), so one compile serves every weight update.
 #pragma once
 #include "milrt/ir.h"
 #include "milrt/tensor.h"
@@ -53,5 +57,21 @@ Program seed_ffn_bwd(const SeedLayerConfig& c, const SeedLayerWeights& w);      
 Program seed_qkv_bwd(const SeedLayerConfig& c, const SeedLayerWeights& w);        // wq wk wv
 Program seed_sdpa_bwd1(const SeedLayerConfig& c, const SeedLayerWeights& w);      // wo
 Program seed_sdpa_bwd2(const SeedLayerConfig& c);
+
+// The five weight-bearing kernels by name, for code that treats them alike.
+enum class SeedWeightKernel { SdpaFwdTaps, FfnFwdTaps, FfnBwd, QkvBwd, SdpaBwd1 };
+const char* seed_kernel_name(SeedWeightKernel k);
+Program seed_kernel(SeedWeightKernel k, const SeedLayerConfig& c, const SeedLayerWeights& w);
+
+// Kernel k's dynamic-weight twin: its input widened to
+// seed_dynamic_layout(k, c).shape() with every weight (gains included) in
+// columns beside the activations, sliced out and reshaped inside the
+// program; each 1x1 conv becomes matmul on the sliced matrix (a conv's
+// weight must be constant), every other op stays. The reference executor
+// sums matmul and conv in the same order, so the twins give the same bits
+// for the same fp16 weights. Compiled once, it
+// takes new weights with every input (seed_pack_dynamic). Throws Error where
+// the layout passes the engine's limits (seed_dynamic_weights.h).
+Program seed_dynamic_kernel(SeedWeightKernel k, const SeedLayerConfig& c);
 
 }  // namespace milrt::llm

@@ -45,6 +45,7 @@ struct Args {
   std::string precision = "fp32";
   std::string engine = "cpu";
   double loss_scale = 1;  // --engine only
+  std::string ane_weights = "dynamic";  // --engine only
   llm::AdamWConfig adamw;
   std::function<bool(const char*)> given;  // whether a flag was on the command line
   std::optional<llm::RunRecord> record;    // the run being resumed, when it has run.json
@@ -367,6 +368,10 @@ void add_train(CLI::App& app) {
                   "gradients by it; 1 (default) is the seed's numerics, whose dY underflows fp16 at the seed's size "
                   "(32768 keeps it)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--ane-weights", a.ane_weights,
+                  "with --engine: dynamic (default): weights packed into the kernels' inputs, each kernel compiled once; "
+                  "constant: the seed's way, five kernels rebuilt and recompiled every optimizer step")
+      ->check(CLI::IsMember({"dynamic", "constant"}));
   cmd->add_option("--emit-mil", a.emit_mil, "write the training program (loss and derived gradients) as MIL and exit");
   // One invocation: everything after parsing.
   auto run = [cmd] {
@@ -378,12 +383,14 @@ void add_train(CLI::App& app) {
     a.given = [cmd](const char* flag) { return cmd->count(flag) > 0; };
     if (a.engine == "cpu" && a.given("--loss-scale"))
       throw Error("train: --loss-scale is for --engine ane-sim|ane (the CPU trainer scales fp16 losses dynamically)");
+    if (a.engine == "cpu" && a.given("--ane-weights")) throw Error("train: --ane-weights is for --engine ane-sim|ane");
     if (a.engine != "cpu") {  // the seed's kernels on a Neural Engine device: train_engine.h
       if (!is_seed_layer(a)) throw Error("train: --engine " + a.engine + " trains --config seed-layer only");
       apply_defaults(a);
       std::signal(SIGINT, on_sigint);
       return run_seed_layer_on_engine({a.engine, a.given("--seed") ? uint32_t(a.seed) : 42, a.steps, a.accum, a.adamw,
-                                       a.init, a.quiet, a.log_every, &g_stop, a.given, a.loss_scale},
+                                       a.init, a.quiet, a.log_every, &g_stop, a.given, a.loss_scale,
+                                       a.ane_weights == "dynamic"},
                                       llm::dist::world_size());
     }
     if (a.resume && a.out.empty()) throw Error("train: --resume needs --out DIR (the run to continue)");

@@ -85,6 +85,7 @@ void run_seed_layer_on_engine(const EngineTrainArgs& a, int world_size) {
   o.adamw.total_steps = a.steps;
   o.stop = a.stop;
   o.loss_scale = a.loss_scale;
+  o.dynamic_weights = a.dynamic_weights;
   int64_t restarts = 0;
   o.on_step = [&](const llm::AneTrainRow& r) {
     const bool restarted = r.totals.restarts != restarts;
@@ -98,9 +99,11 @@ void run_seed_layer_on_engine(const EngineTrainArgs& a, int world_size) {
   std::printf("%s", llm::seed_layer_banner(cfg, shown, "fp16 on " + a.engine + " (the seed's six kernels, fp32 master weights, " +
                                                           scale + ")")
                         .c_str());
-  std::printf("engine: %s | 6 kernels, 5 rebuilt with the weights every update | budget %zu compiles per device, "
-              "then an in-process restart\n",
-              a.engine.c_str(), o.compile_budget);
+  std::printf("engine: %s | 6 kernels, %s | budget %zu compiles per device, then an in-process restart\n",
+              a.engine.c_str(),
+              o.dynamic_weights ? "each compiled once, weights packed into their inputs (--ane-weights dynamic)"
+                                : "5 rebuilt with the weights every update (--ane-weights constant)",
+              o.compile_budget);
   std::fflush(stdout);
 
   llm::AneTrainLog log = llm::train_seed_layer_ane(cfg, all.at("x"), all.at("target"), weights, o, device_factory(a.engine));

@@ -22,6 +22,7 @@ struct EngineTrainArgs {
   const std::atomic<bool>* stop = nullptr;
   std::function<bool(const char*)> given;  // whether a flag was on the command line
   double loss_scale = 1;       // AneTrainOptions::loss_scale
+  bool dynamic_weights = true; // AneTrainOptions::dynamic_weights (--ane-weights dynamic|constant)
 };
 
 // Refuses (one-line Error) what the engine path does not do, then trains and
