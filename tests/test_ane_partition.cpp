@@ -211,6 +211,38 @@ TEST(AnePacking, LoweredProgramsUnpackAndPackAsTheHostDoes) {
 
 // ---- the validator ------------------------------------------------------------
 
+// Attention with a mask, which the engine's fused op would ignore, runs on
+// the engine written out (expand-masked-attention): with a constant causal
+// mask in one engine program and no host step; a runtime bool mask becomes
+// an additive one on the host (select), the rest on the engine.
+TEST(AneMaskedAttention, RunsOnTheEngineWrittenOut) {
+  std::string causal = "tensor<bool, [32, 32]>([";
+  for (int i = 0; i < 32; ++i) {
+    causal += i ? ", [" : "[";
+    for (int j = 0; j < 32; ++j) causal += std::string(j ? ", " : "") + (j <= i ? "true" : "false");
+    causal += "]";
+  }
+  causal += "])";
+  const std::string qkv = "tensor<fp16, [1, 2, 32, 16]> q, tensor<fp16, [1, 2, 32, 16]> k, tensor<fp16, [1, 2, 32, 16]> v";
+  auto sdpa = [](const std::string& mask) {
+    return "    tensor<fp16, [1, 2, 32, 16]> o = scaled_dot_product_attention(query = q, key = k, value = v, attn_mask = " +
+           mask + ")[name = string(\"o\")];\n";
+  };
+  std::mt19937 rng(11);
+  Program constant = parse(fn(qkv, sdpa(causal), "o"));
+  Outcome c = check_equal("sdpa, constant causal mask", constant, random_inputs(*constant.function("main"), rng));
+  EXPECT_EQ(c.programs, 1u);
+  EXPECT_EQ(c.host_steps, 0u);
+  Program runtime = parse(fn(qkv + ", tensor<bool, [1, 1, 32, 32]> m", sdpa("m"), "o"));
+  TensorMap in = random_inputs(*runtime.function("main"), rng);
+  Tensor m(DType::Bool, {1, 1, 32, 32});
+  for (int64_t i = 0; i < m.numel(); ++i) m.set(size_t(i), (i / 32 >= i % 32) ? 1 : (rng() % 2));  // the diagonal always on
+  in["m"] = m;
+  Outcome r = check_equal("sdpa, runtime bool mask", runtime, in);
+  EXPECT_GE(r.programs, 1u);
+  EXPECT_EQ(r.host_steps, 1u);
+}
+
 TEST(AneValidate, RejectionsSayWhy) {
   Program p = parse(fn(
       "tensor<fp16, [1, 4, 1, 32]> x, tensor<fp16, [4, 4, 1, 1]> w, tensor<fp16, [1, 1, 1, 20000]> big, "

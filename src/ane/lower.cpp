@@ -72,7 +72,7 @@ std::vector<NamedAttr> build_info() {
 
 const std::vector<std::string>& ane_passes() {
   static const std::vector<std::string> passes = {"legalize-layout-idioms", "fold-constexpr", "canonicalize",
-                                                  "decompose-all",          "cse",            "dce"};
+                                                  "expand-masked-attention", "decompose-all", "cse", "dce"};
   return passes;
 }
 

@@ -29,7 +29,8 @@ namespace milrt::ane {
 // The passes run before partitioning, all producing plain MIL ops (the
 // fusion passes make milrt-internal ops the engine would not know):
 // legalize-layout-idioms, fold-constexpr (compressed weights become fp16/fp32
-// constants), canonicalize, decompose-all (rms_norm, silu, gelu ... into
+// constants), canonicalize, expand-masked-attention (the engine's fused
+// attention ignores masks), decompose-all (rms_norm, silu, gelu ... into
 // primitives, as the seeds expand them), cse, dce.
 const std::vector<std::string>& ane_passes();
 // A copy of `p` after ane_passes(), verified.

@@ -15,6 +15,7 @@ void decompose_all(Program& p);            // decompose.cpp: every composite op
 void sink_reshapes(Program& p);            // sink_reshapes.cpp
 void fold_scatter_add(Program& p);         // fold_scatter_add.cpp
 void fuse_attention(Program& p);           // fuse_attention.cpp
+void expand_masked_attention(Program& p);  // expand_masked_attention.cpp (the Neural Engine's pipeline)
 void fuse_norms(Program& p);               // fuse_norms.cpp
 void fuse_gemm_epilogue(Program& p);       // fuse_gemm_epilogue.cpp
 void fuse_conv_epilogue(Program& p);       // fuse_conv_epilogue.cpp

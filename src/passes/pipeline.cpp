@@ -36,6 +36,9 @@ const std::vector<PassInfo>& all_passes() {
       {"decompose-all", "expand rms_norm, layer_norm, silu, gelu, softplus, sigmoid_hard, relu6, leaky_relu into "
                         "primitives (for backends without their kernels)",
        passes::decompose_all},
+      {"expand-masked-attention", "scaled_dot_product_attention with attn_mask into Q·Kᵀ, scale, + mask, softmax, ·V "
+                                  "(the Neural Engine ignores the fused op's mask)",
+       passes::expand_masked_attention},
       {"sink-reshapes", "move reshapes below elementwise ops so fusion sees whole chains", passes::sink_reshapes},
       {"fold-scatter-add", "add(a, scatter-add into zeros) into a scatter-add into a (the gradient of a gather with other "
                            "uses), run in place; add(a, scatter-add into d) into a scatter-add into add(a, d)",

@@ -68,6 +68,22 @@ void Replacement::finish(const std::string& type, const Inputs& inputs) {
   add(std::move(op));
 }
 
+Arg Replacement::add_const(Literal l, const std::string& tag) {
+  Op op = make("const", {});
+  op.name = fresh(tag);
+  op.outputs.push_back({op.name, l.type});
+  op.inputs.push_back({"val", Arg::of_const(std::move(l)), true});
+  add(op);
+  return Arg::of_var(op.name);
+}
+
+Arg Replacement::constant(Tensor value, const std::string& tag) {
+  Literal l;
+  l.type = Type::tensor(value.dtype(), value.shape());
+  l.value = std::move(value);
+  return add_const(std::move(l), tag);
+}
+
 Arg Replacement::as_operand(const Arg& a, DType dtype, const Shape& shape, const std::string& tag) {
   ValueInfo v = info(a);
   if (v.type.dtype == dtype && v.type.shape == shape) return a;
@@ -84,12 +100,7 @@ Arg Replacement::as_operand(const Arg& a, DType dtype, const Shape& shape, const
       l.blob_path = src->blob_path;
       l.blob_offset = src->blob_offset;
     }
-    Op op = make("const", {});
-    op.name = fresh(tag);
-    op.inputs.push_back({"val", Arg::of_const(l), true});
-    op.outputs.push_back({op.name, l.type});
-    add(op);
-    return Arg::of_var(op.name);
+    return add_const(std::move(l), tag);
   }
   Arg r = a;
   if (v.type.dtype != dtype) r = emit("cast", tag + "_cast", {{"x", r}, {"dtype", str(std::string(dtype_name(dtype)))}});

@@ -69,6 +69,9 @@ class Replacement {
   // through cast and reshape ops.
   Arg as_operand(const Arg& a, DType dtype, const Shape& shape, const std::string& tag);
 
+  // A `const` op holding `value` (its dtype and shape); returns its output.
+  Arg constant(Tensor value, const std::string& tag);
+
   // Literals: a scalar of `dtype`, an int32 vector, a bool, a string.
   Arg scalar(DType dtype, double v) const;
   Arg ints(const std::vector<int64_t>& v) const { return int_vector(v); }
@@ -83,6 +86,7 @@ class Replacement {
 
  private:
   Op make(const std::string& type, const Inputs& inputs) const;
+  Arg add_const(Literal l, const std::string& tag);
   std::string fresh(const std::string& tag);
   void add(Op op);
   const Op& orig_;
