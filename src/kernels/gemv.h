@@ -18,4 +18,11 @@ namespace milrt::kernels {
 void gemv_rows_f32(int64_t N, int64_t K, const float* x, const float* w, int64_t ldw, float* y, const Epilogue& ep,
                    Isa isa = current_isa());
 
+// The same product with B stored [K, N] row-major (attention's probabilities
+// times V in decoding, one query row): y[j] = act(alpha · Σ_k x[k]·b[k·ldb + j]
+// + bias[j]) + residual[j], each y[j] summed over k in order, so again the
+// bits do not depend on the thread count (columns are split over threads).
+// gemm() takes this path too, instead of packing a B it reads once.
+void gemv_cols_f32(int64_t N, int64_t K, const float* x, const float* b, int64_t ldb, float* y, const Epilogue& ep);
+
 }  // namespace milrt::kernels

@@ -172,8 +172,20 @@ Generator::Prefill& Generator::prefill_plan(int64_t T) {
     for (auto& [name, t] : w_.tensors) p.bind(name, t);  // inputs storage only
     bind_common(p);
     p.bind("tokens", it->second.tokens.data());
+    if (profiling_) p.set_profiling(true, tracing_);
   }
   return it->second;
+}
+
+void Generator::set_profiling(bool on, bool trace) {
+  profiling_ = on, tracing_ = trace;
+  decode_.set_profiling(on, trace);
+  for (auto& [t, pf] : prefill_) pf.plan.set_profiling(on, trace);
+}
+
+const Plan* Generator::compiled_prefill(int64_t tokens) const {
+  auto it = prefill_.find(tokens);
+  return it == prefill_.end() ? nullptr : &it->second.plan;
 }
 
 void Generator::prepare(int64_t tokens) {

@@ -108,6 +108,13 @@ class Generator {
   // Throws Error when the cache is full or for a token outside [0, vocab).
   const float* decode(int32_t token);
 
+  // Plan::set_profiling on the decode plan and every prefill plan (those
+  // compiled later too): what `bench generate --profile` reports.
+  void set_profiling(bool on, bool trace = false);
+  const Plan& decode_plan() const { return decode_; }
+  // The prefill plan for prompts of `tokens` tokens, if compiled (else null).
+  const Plan* compiled_prefill(int64_t tokens) const;
+
  private:
   struct Prefill {
     Plan plan;
@@ -127,6 +134,7 @@ class Generator {
   int32_t token_ = 0, pos_in_ = 0;     // the plans' "tokens" (decode) and "pos" inputs
   int64_t pos_ = 0;
   std::vector<float> logits_;
+  bool profiling_ = false, tracing_ = false;
 };
 
 }  // namespace milrt::llm

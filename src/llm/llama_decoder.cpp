@@ -47,6 +47,7 @@ class DecoderBuilder {
   Value rope(const std::string& name, const Value& x, int64_t width);
   Value positions();
   Value mask();
+  Value mask_rows();
   Value attention(const std::string& p, const Value& q, const Value& k, const Value& v);
   Value cache_write(const std::string& name, const Value& x);
   void define_weights();
@@ -62,8 +63,8 @@ class DecoderBuilder {
   std::map<std::string, Value> w_;
   Value pos_, qpos_;
   std::map<int64_t, std::pair<Value, Value>> rope_rows_;  // width -> gathered cos, sin [T, width]
-  Value mask_, begin_, end_;
-  bool have_mask_ = false, have_range_ = false;
+  Value mask_, mask_rows_, begin_, end_;
+  bool have_mask_ = false, have_mask_rows_ = false, have_range_ = false;
 };
 
 Tensor DecoderBuilder::rope_table(int64_t width, bool sine) const {
@@ -110,6 +111,17 @@ Value DecoderBuilder::mask() {
   return mask_;
 }
 
+// The mask for the query rows of one kv head, [G·T, seq]: row g·T + i is
+// query i of the group's g-th head (the [T, seq] mask repeated G times), so
+// scores stay one 4-D product and fuse-attention makes the whole chain one
+// milrt_attention.
+Value DecoderBuilder::mask_rows() {
+  if (group_ == 1) return mask();
+  if (!have_mask_rows_)
+    mask_rows_ = f_.op("tile", "att_mask_rows", {{"x", mask()}, {"reps", lit_i32s({group_, 1})}}), have_mask_rows_ = true;
+  return mask_rows_;
+}
+
 // x [1, T, kv_dim] written into the cache at rows [pos, pos+T) of every kv
 // head; returns the updated cache [1, kv_heads, seq, head_dim].
 Value DecoderBuilder::cache_write(const std::string& name, const Value& x) {
@@ -139,7 +151,7 @@ Value DecoderBuilder::cache_write(const std::string& name, const Value& x) {
 
 // q [1, T, dim], k and v [1, T, kv_dim] -> [1, T, dim].
 Value DecoderBuilder::attention(const std::string& p, const Value& q, const Value& k, const Value& v) {
-  const int64_t kvh = c_.kv_heads, G = group_, S = c_.seq;
+  const int64_t kvh = c_.kv_heads, G = group_;
   Value kc = cache_write(p + "k", k);
   Value vc = cache_write(p + "v", v);
   // Query head h = kvh_index * G + g reads kv head h / G.
@@ -150,12 +162,10 @@ Value DecoderBuilder::attention(const std::string& p, const Value& q, const Valu
                        {{"x", q4}, {"y", kc}, {"transpose_x", lit_bool(false)}, {"transpose_y", lit_bool(true)}});
   if (!f_.has_value("att_scale")) f_.constant("att_scale", Tensor::scalar(DType::FP32, 1.0 / std::sqrt(double(hd_))));
   Value scaled = f_.op("mul", p + "scores_scaled", {{"x", scores}, {"y", f_.value("att_scale")}});
-  Value s5 = f_.op("reshape", p + "scores_5d", {{"x", scaled}, {"shape", lit_i32s({1, kvh, G, T_, S})}});
-  Value masked = f_.op("add", p + "scores_masked", {{"x", s5}, {"y", mask()}});
+  Value masked = f_.op("add", p + "scores_masked", {{"x", scaled}, {"y", mask_rows()}});
   Value att = f_.op("softmax", p + "att", {{"x", masked}, {"axis", lit_i32(-1)}});
-  Value att4 = f_.op("reshape", p + "att_rows", {{"x", att}, {"shape", lit_i32s({1, kvh, G * T_, S})}});
   Value ctx = f_.op("matmul", p + "att_v",
-                    {{"x", att4}, {"y", vc}, {"transpose_x", lit_bool(false)}, {"transpose_y", lit_bool(false)}});
+                    {{"x", att}, {"y", vc}, {"transpose_x", lit_bool(false)}, {"transpose_y", lit_bool(false)}});
   Value c5 = f_.op("reshape", p + "att_v_5d", {{"x", ctx}, {"shape", lit_i32s({1, kvh, G, T_, hd_})}});
   Value ct = f_.op("transpose", p + "att_out_t", {{"x", c5}, {"perm", lit_i32s({0, 3, 1, 2, 4})}});
   return f_.op("reshape", p + "att_out", {{"x", ct}, {"shape", lit_i32s({1, T_, c_.dim})}});

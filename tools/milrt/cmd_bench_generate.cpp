@@ -79,7 +79,9 @@ void add_bench_generate(CLI::App& bench) {
   cmd->add_option("--seed", seed, "seed of the random weights and tokens (default 1)");
   cmd->add_option("--threads", threads, "threads (default MILRT_THREADS or all cores)");
   cmd->add_flag("--json", json, "end with one JSON object of the figures");
+  add_profile_options(*cmd);
   cmd->callback([bl] {
+    (void)profile_flags();  // checks that --trace FILE can be written before any work
     if (checkpoint.empty() == config.empty()) throw Error("bench generate: give --checkpoint FILE or --config NAME");
     const llm::GeneratorOptions opt =
         llm::parse_generator_options(weights, bl->count() ? std::optional<int64_t>(block) : std::nullopt, activations,
@@ -119,6 +121,8 @@ void add_bench_generate(CLI::App& bench) {
 
     std::vector<double> prefill_s, decode_s;
     for (int r = 0; r <= reps; ++r) {
+      // Profiled: the timed repetitions, not the warm-up.
+      if (r == 1 && profile_flags().on()) gen.set_profiling(true, !profile_flags().trace.empty());
       auto t0 = std::chrono::steady_clock::now();
       gen.prefill(prompt);
       const double p = since(t0);
@@ -127,6 +131,12 @@ void add_bench_generate(CLI::App& bench) {
       for (int32_t t : fed) gen.decode(t);
       const double d = since(t1);
       if (r > 0) prefill_s.push_back(p), decode_s.push_back(d);  // rep 0 warms caches and scratch
+    }
+    if (profile_flags().on()) {
+      std::vector<std::pair<const Plan*, std::string>> plans{{&gen.decode_plan(), "profile of the decode plan (one token)"}};
+      if (const Plan* p = gen.compiled_prefill(prompt_tokens))
+        plans.push_back({p, "profile of the prefill plan (" + std::to_string(prompt_tokens) + " tokens)"});
+      report_profiles(plans);
     }
     const double prefill_tok_s = double(prompt_tokens) / median(prefill_s);
     const double decode_tok_s = double(steps) / median(decode_s);

@@ -78,6 +78,8 @@ const ProfileFlags& profile_flags();
 double profile_peak_gflops(bool bf16);
 // With --profile the plan's table on stderr; with --trace its events to FILE.
 void report_profile(const Plan& plan, const std::string& title);
+// The same for several plans: a table each, one trace of all (a track group per plan).
+void report_profiles(const std::vector<std::pair<const Plan*, std::string>>& plans);
 // The same for a training run (TrainOptions::profile): the step and eval
 // plans' tables, and one trace of both plans and the trainer's phases.
 void report_train_profile(const llm::TrainLog& log);

@@ -50,21 +50,23 @@ double profile_peak_gflops(bool bf16) {
                                       kernels::num_threads());
 }
 
-void report_profile(const Plan& plan, const std::string& title) {
+void report_profile(const Plan& plan, const std::string& title) { report_profiles({{&plan, title}}); }
+
+void report_profiles(const std::vector<std::pair<const Plan*, std::string>>& plans) {
   const ProfileFlags& f = profile_flags();
   if (!f.on()) return;
-  const Plan::Profile p = plan.profile();
-  if (f.profile) {
-    ProfileTableOptions o;
-    o.title = title;
-    o.peak_gflops = profile_peak_gflops(false);
-    std::fprintf(stderr, "%s", profile_table(p, o).c_str());
+  std::vector<TraceSpan> spans;
+  for (const auto& [plan, title] : plans) {
+    const Plan::Profile p = plan->profile();
+    if (f.profile) {
+      ProfileTableOptions o;
+      o.title = title;
+      o.peak_gflops = profile_peak_gflops(false);
+      std::fprintf(stderr, "%s", profile_table(p, o).c_str());
+    }
+    append_trace_spans(spans, p, plans.size() == 1 ? "plan" : title);
   }
-  if (!f.trace.empty()) {
-    std::vector<TraceSpan> spans;
-    append_trace_spans(spans, p, "plan");
-    write_trace(f.trace, spans);
-  }
+  if (!f.trace.empty()) write_trace(f.trace, spans);
 }
 
 void report_train_profile(const llm::TrainLog& log) {

@@ -15,7 +15,6 @@
 // above the causal line are skipped. A query row that sees no key has a NaN
 // output in the forward; here it contributes nothing (its dQ row is 0).
 #pragma once
-#include <functional>
 
 #include "kernels/generic/attention.h"
 
@@ -31,12 +30,30 @@ void attention_backward_f32(const float* q, const float* k, const float* v, cons
                             const float* lse, float* dq, float* dk, float* dv, const AttentionShape& s,
                             const AttentionMask& mask);
 
-// Runs body(slice) for every slice in [0, n) on up to num_threads() OpenMP
-// threads: serially inside a parallel region, or when all slices together
-// hold fewer than 2^20 multiply-adds (`macs_per_slice` each), where waking
-// the threads costs more than they save. Each slice is computed whole by one
-// thread, so results do not depend on the thread count; body must not throw.
-void for_each_attention_slice(int64_t n, double macs_per_slice, const std::function<void(int64_t slice)>& body);
+// The threads for n slices of attention: 1 inside a parallel region, or
+// when all slices together hold fewer than 2^20 multiply-adds
+// (`macs_per_slice` each) and read fewer than 1 MiB of keys and values
+// (`kv_bytes_per_slice` each), where waking the threads costs more than they
+// save (decoding does little arithmetic per byte of its KV cache, and two
+// threads read it about twice as fast); else up to num_threads().
+int attention_slice_threads(int64_t n, double macs_per_slice, double kv_bytes_per_slice);
+
+// Runs body(slice) for every slice in [0, n) on attention_slice_threads()
+// OpenMP threads. Each slice is computed whole by one thread, so results do
+// not depend on the thread count; body must not throw. A template, so that
+// a run allocates nothing (a std::function would hold a large closure on
+// the heap, once per call: per layer per decoded token).
+template <class Body>
+void for_each_attention_slice(int64_t n, double macs_per_slice, double kv_bytes_per_slice, const Body& body) {
+  const int threads = attention_slice_threads(n, macs_per_slice, kv_bytes_per_slice);
+  if (threads <= 1) {
+    for (int64_t b = 0; b < n; ++b) body(b);
+    return;
+  }
+  // Slices differ in cost only through their masks; dynamic evens that out.
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+  for (int64_t b = 0; b < n; ++b) body(b);
+}
 
 // A per-thread fp32 buffer of at least `floats` elements that only grows.
 float* attention_thread_scratch(size_t floats);

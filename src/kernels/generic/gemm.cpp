@@ -685,6 +685,14 @@ void gemm(int64_t M, int64_t N, int64_t K, const MatrixRef& a, const MatrixRef& 
                   static_cast<float*>(c.data), ep, isa);
     return;
   }
+  if (M == 1 && K > 0 && math == GemmMath::fp32 && a.type == ElemType::f32 && !a.trans &&
+      b.type == ElemType::f32 && !b.trans && c.type == ElemType::f32 &&
+      (!ep.residual || ep.residual_type == ElemType::f32)) {
+    // One row against B stored [K, N] (attention's P·V in decoding): no packing.
+    gemv_cols_f32(N, K, static_cast<const float*>(a.data), static_cast<const float*>(b.data), b.ld,
+                  static_cast<float*>(c.data), ep);
+    return;
+  }
   const bool round = emulate_bf16(ks, math);
   run_blocked(ks, Operands{M, N, K, prepare_a(a, M, K, ks, round), nullptr, b, round, c, ep});
 }

@@ -145,6 +145,10 @@ AttentionGeom attention_geom(const Op& op, LowerCtx& ctx, const AttentionInputs&
 double attention_slice_macs(const kernels::AttentionShape& sh) {
   return double(sh.tq) * double(sh.tk) * double(sh.d + sh.dv);
 }
+// Bytes of K and V one slice reads (fp32 in the plan).
+double attention_slice_kv_bytes(const kernels::AttentionShape& sh) {
+  return double(sh.tk) * double(sh.d + sh.dv) * sizeof(float);
+}
 // Useful FLOPs: both products over the (query, key) pairs a query sees,
 // T(T+1)/2 per head when causal with Tq = Tk, as `milrt bench kernels`
 // counts them (not the full Tq·Tk, which would report a causal kernel at
@@ -204,13 +208,13 @@ std::unique_ptr<Step> lower_attention_with(const Op& op, LowerCtx& ctx, const At
                       : which == AttentionKernels::avx512_bf16 ? kernels::attention_bf16_avx512
                                                                : kernels::attention_f32;
   const std::string name = step_name("attention", which, ctx.bf16_matmuls);
-  const double slice_macs = attention_slice_macs(g->sh);
+  const double slice_macs = attention_slice_macs(g->sh), slice_kv_bytes = attention_slice_kv_bytes(g->sh);
   auto step = make_step(name, op, [=](const Frame& f) {
     const float *pq = f.at<float>(g->iq), *pk = f.at<float>(g->ik), *pv = f.at<float>(g->iv);
     float* po = f.at<float>(io);
     float* plse = ilse >= 0 ? f.at<float>(ilse) : nullptr;
     // Heads on threads: one head's tiles are too small for the GEMM's own threads.
-    kernels::for_each_attention_slice(int64_t(g->qo.size()), slice_macs, [&](int64_t b) {
+    kernels::for_each_attention_slice(int64_t(g->qo.size()), slice_macs, slice_kv_bytes, [&](int64_t b) {
       kernels::AttentionMask mk;
       kernel(pq + g->qo[size_t(b)], pk + g->ko[size_t(b)], pv + g->vo[size_t(b)], po + b * g->sh.tq * g->sh.dv, g->sh,
              g->mask_at(f, size_t(b), mk), kernels::attention_thread_scratch(scratch_floats),
@@ -238,7 +242,7 @@ std::unique_ptr<Step> lower_milrt_attention_grad(const Op& op, LowerCtx& ctx) {
     ilse = lse.id;
   }
   const int io = o.id, idout = dout.id, idq = dq.id, idk = dk.id, idv = dv.id;
-  const double slice_macs = attention_slice_macs(g->sh);
+  const double slice_macs = attention_slice_macs(g->sh), slice_kv_bytes = attention_slice_kv_bytes(g->sh);
   const AttentionKernels which = attention_kernels(ctx, *g);
   const auto kernel = which == AttentionKernels::amx           ? kernels::attention_backward_bf16_amx
                       : which == AttentionKernels::avx512_bf16 ? kernels::attention_backward_bf16_avx512
@@ -250,7 +254,7 @@ std::unique_ptr<Step> lower_milrt_attention_grad(const Op& op, LowerCtx& ctx) {
     const float *po = f.at<float>(io), *pdo = f.at<float>(idout);
     const float* plse = ilse >= 0 ? f.at<float>(ilse) : nullptr;
     float *pdq = f.at<float>(idq), *pdk = f.at<float>(idk), *pdv = f.at<float>(idv);
-    kernels::for_each_attention_slice(int64_t(g->qo.size()), 2 * slice_macs, [&](int64_t b) {
+    kernels::for_each_attention_slice(int64_t(g->qo.size()), 2 * slice_macs, 2 * slice_kv_bytes, [&](int64_t b) {
       kernels::AttentionMask mk;
       kernel(pq + g->qo[size_t(b)], pk + g->ko[size_t(b)], pv + g->vo[size_t(b)],
              po + b * sh.tq * sh.dv, pdo + b * sh.tq * sh.dv, plse ? plse + b * sh.tq : nullptr,
