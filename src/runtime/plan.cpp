@@ -167,7 +167,7 @@ struct Plan::Impl {
     for (size_t i = 0; i < output_ids.size(); ++i)
       if (vals[size_t(output_ids[i])].kind == Kind::Output) frame.ptr[size_t(output_ids[i])] = owned(output_ids[i]);
     for (size_t i = 0; i < output_ids.size(); ++i) {
-      const int root = view_root(output_ids[i]);
+      const int root = memory_root(output_ids[i]);
       if (root != output_ids[i] && vals[size_t(root)].kind == Kind::Output) frame.ptr[size_t(root)] = owned(root);
     }
     // An output computed by its op straight into caller memory; when two
@@ -186,23 +186,27 @@ struct Plan::Impl {
     // end (and Plan::set_step_hook can report it as soon as it is final).
     if (use_bindings)
       for (size_t i = 0; i < output_ids.size(); ++i) {
-        const int root = view_root(output_ids[i]);
+        const int root = memory_root(output_ids[i]);
         if (root == output_ids[i] || !output_bound[i] || output_via_buffer(i) || vals[size_t(root)].kind != Kind::Output) continue;
         if (frame.ptr[size_t(root)] == owned(root)) frame.ptr[size_t(root)] = output_bound[i];  // not bound by another port
       }
     for (int id : view_ids) frame.ptr[size_t(id)] = frame.ptr[size_t(vals[size_t(id)].alias)];
   }
-  // The value whose memory a view (of a view ...) uses; the value itself otherwise.
-  int view_root(int id) const {
-    while (vals[size_t(id)].kind == Kind::View && vals[size_t(id)].alias >= 0) id = vals[size_t(id)].alias;
+  // The value whose memory a view or state alias (of a view ...) uses; the
+  // value itself otherwise.
+  int memory_root(int id) const {
+    while ((vals[size_t(id)].kind == Kind::View || vals[size_t(id)].kind == Kind::Alias) && vals[size_t(id)].alias >= 0)
+      id = vals[size_t(id)].alias;
     return id;
   }
 
   // Plan::set_step_hook: after each step, the outputs whose bound memory
-  // holds its final value from then on. An output is due after the last step
-  // of its op when that op writes it straight into its bound memory; any
-  // other (unbound, converted or copied at the end) is due when run() ends.
-  // `due` is rebuilt per run (bindings change) into reused memory.
+  // holds its final value from then on. An output computed straight into its
+  // bound memory is due after the last step that reads or writes that memory
+  // (output_last_step); any other (unbound, converted or copied at the end)
+  // when run() ends. `due` is rebuilt per run (bindings change) into reused
+  // memory, and sorted without allocating (std::sort, not stable_sort: the
+  // pairs are distinct, ties broken by output index).
   StepHook step_hook;
   std::vector<std::pair<int, size_t>> due;  // {step, output index}, by step
   size_t due_next = 0;
@@ -214,7 +218,7 @@ struct Plan::Impl {
       due.push_back({in_place ? output_last_step[i] : -1, i});
       if (due.back().first < 0) due.back().first = int(steps.size());
     }
-    std::ranges::stable_sort(due, {}, &std::pair<int, size_t>::first);
+    std::ranges::sort(due);
   }
   // Calls the hook with the outputs due by step `i` (steps.size(): the end).
   void fire_hook(size_t i) {
@@ -266,8 +270,8 @@ struct Plan::Impl {
       else ++dropped_events;
     }
   }
-  bool hooked = false;  // this run calls step_hook (Plan::run() with a hook set)
-  void run_steps_profiled() {
+  // `hooked`: this run calls step_hook (Plan::run() with a hook set).
+  void run_steps_profiled(bool hooked) {
     using Clock = std::chrono::steady_clock;
     const uint32_t thread = Plan::trace_thread_id();
     ++profiled_runs;
@@ -281,11 +285,11 @@ struct Plan::Impl {
       if (hooked) fire_hook(i);
     }
   }
-  void run_steps() {
+  void run_steps(bool hooked = false) {
     taps_valid = false;
     for (auto [sum, acc] : accumulator_copies) std::memcpy(frame.ptr[size_t(acc)], frame.ptr[size_t(sum)], vals[size_t(acc)].bytes());
     if (profiling) [[unlikely]] {
-      run_steps_profiled();
+      run_steps_profiled(hooked);
     } else {
       for (size_t i = 0; i < steps.size(); ++i) {
         check_cancelled();
@@ -809,17 +813,15 @@ Plan compile(const Program& program, const CompileOptions& options) {
   for (int id : P.view_ids) P.frame.ptr[size_t(id)] = P.frame.ptr[size_t(P.vals[size_t(id)].alias)];
   // For Plan::set_step_hook: the last step touching each output's memory,
   // through any value that aliases it.
-  auto root = [&](int id) {
-    while ((P.vals[size_t(id)].kind == Kind::View || P.vals[size_t(id)].kind == Kind::Alias) && P.vals[size_t(id)].alias >= 0)
-      id = P.vals[size_t(id)].alias;
-    return id;
-  };
   std::vector<int> last_touch(P.vals.size(), -1);
-  for (auto [id, step] : touches) last_touch[size_t(root(id))] = std::max(last_touch[size_t(root(id))], step);
+  for (auto [id, step] : touches) {
+    int& t = last_touch[size_t(P.memory_root(id))];
+    t = std::max(t, step);
+  }
   // Copied after the steps (state write-backs, taps): read at the end.
-  for (auto& wb : P.write_backs) last_touch[size_t(root(wb.src))] = -1;
-  for (int id : P.tap_ids) last_touch[size_t(root(id))] = -1;
-  for (int id : P.output_ids) P.output_last_step.push_back(last_touch[size_t(root(id))]);
+  for (auto& wb : P.write_backs) last_touch[size_t(P.memory_root(wb.src))] = -1;
+  for (int id : P.tap_ids) last_touch[size_t(P.memory_root(id))] = -1;
+  for (int id : P.output_ids) P.output_last_step.push_back(last_touch[size_t(P.memory_root(id))]);
   if (options.profile || options.trace) plan.set_profiling(true, options.trace);
   return plan;
 }
@@ -947,13 +949,9 @@ void Plan::run() {
     if (P.input_bound_dtype[i] == DType::FP16) convert(P.input_bound[i], DType::FP16, n, dst, DType::FP32);
     else kernels::round_to_f16(static_cast<const float*>(P.input_bound[i]), dst, n);
   }
-  P.hooked = bool(P.step_hook);
-  struct Unhook {
-    bool& hooked;
-    ~Unhook() { hooked = false; }
-  } unhook{P.hooked};
-  if (P.hooked) P.plan_due();
-  P.run_steps();
+  const bool hooked = bool(P.step_hook);
+  if (hooked) P.plan_due();
+  P.run_steps(hooked);
   for (size_t i = 0; i < P.outputs.size(); ++i) {
     void* src = P.frame.ptr[size_t(P.output_ids[i])];
     const auto& v = P.vals[size_t(P.output_ids[i])];
@@ -961,7 +959,7 @@ void Plan::run() {
     if (P.output_bound_dtype[i] == v.dtype) std::memcpy(P.output_bound[i], src, v.bytes());
     else convert(src, v.dtype, shape_numel(v.shape), P.output_bound[i], P.output_bound_dtype[i]);
   }
-  if (P.hooked) P.fire_hook(P.steps.size());
+  if (hooked) P.fire_hook(P.steps.size());
 }
 
 void Plan::set_step_hook(StepHook hook) { impl_->step_hook = std::move(hook); }
