@@ -677,20 +677,15 @@ void gemm(int64_t M, int64_t N, int64_t K, const MatrixRef& a, const MatrixRef& 
   check_matrix("B", b, K, N);
   check_output(c, ep, M, N);
   const KernelSet& ks = kernel_set(isa, math);
-  if (M == 1 && K > 0 && math == GemmMath::fp32 && a.type == ElemType::f32 && !a.trans &&
-      b.type == ElemType::f32 && b.trans && c.type == ElemType::f32 &&
-      (!ep.residual || ep.residual_type == ElemType::f32)) {
-    // One row against a weight stored [N, K] (decoding): no packing (kernels/gemv.h).
-    gemv_rows_f32(N, K, static_cast<const float*>(a.data), static_cast<const float*>(b.data), b.ld,
-                  static_cast<float*>(c.data), ep, isa);
-    return;
-  }
-  if (M == 1 && K > 0 && math == GemmMath::fp32 && a.type == ElemType::f32 && !a.trans &&
-      b.type == ElemType::f32 && !b.trans && c.type == ElemType::f32 &&
-      (!ep.residual || ep.residual_type == ElemType::f32)) {
-    // One row against B stored [K, N] (attention's P·V in decoding): no packing.
-    gemv_cols_f32(N, K, static_cast<const float*>(a.data), static_cast<const float*>(b.data), b.ld,
-                  static_cast<float*>(c.data), ep);
+  if (M == 1 && K > 0 && math == GemmMath::fp32 && a.type == ElemType::f32 && !a.trans && b.type == ElemType::f32 &&
+      c.type == ElemType::f32 && (!ep.residual || ep.residual_type == ElemType::f32)) {
+    // One row (decoding) needs no packing (kernels/gemv.h): against a weight
+    // stored [N, K], or against B stored [K, N] (attention's P·V).
+    const auto* x = static_cast<const float*>(a.data);
+    const auto* w = static_cast<const float*>(b.data);
+    auto* y = static_cast<float*>(c.data);
+    if (b.trans) gemv_rows_f32(N, K, x, w, b.ld, y, ep, isa);
+    else gemv_cols_f32(N, K, x, w, b.ld, y, ep);
     return;
   }
   const bool round = emulate_bf16(ks, math);
