@@ -134,22 +134,6 @@ void set_collective_timeout(double seconds) {
 double collective_timeout() { return g_timeout_s.load(); }
 int world_size() { return g_size; }
 
-void allreduce_mean(float* data, size_t n, size_t bucket_bytes) {
-  if (g_size == 1) return;
-#if MILRT_HAVE_MPI
-  const size_t bucket = std::max<size_t>(1, std::min<size_t>(bucket_bytes / sizeof(float), size_t(std::numeric_limits<int>::max())));
-  for (size_t off = 0; off < n; off += bucket) {
-    const int count = int(std::min(bucket, n - off));
-    Collective c("MPI_Allreduce");
-    check(MPI_Allreduce(MPI_IN_PLACE, data + off, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
-  }
-  const float inv = 1.0f / float(g_size);
-  for (size_t i = 0; i < n; ++i) data[i] *= inv;
-#else
-  (void)data, (void)n, (void)bucket_bytes;
-#endif
-}
-
 #if MILRT_HAVE_MPI
 namespace {
 std::vector<MPI_Request> g_pending;  // started non-blocking sums not yet completed

@@ -25,9 +25,6 @@ int rank();
 int world_size();
 inline bool distributed() { return world_size() > 1; }
 
-// data[i] = mean over ranks of data[i], in buckets of at most bucket_bytes
-// (in place; the same result on every rank).
-void allreduce_mean(float* data, size_t n, size_t bucket_bytes = size_t(4) << 20);
 // Non-blocking sums, to overlap communication with computation (the
 // gradients' all-reduce with the backward pass). start_allreduce_sum starts
 // an in-place sum over ranks of data[0, n) (MPI_Iallreduce, in pieces of at
