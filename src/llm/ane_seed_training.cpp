@@ -16,6 +16,8 @@
 #include "ane/executor.h"
 #include "ane/partition.h"
 #include "kernels/gemm.h"
+#include "kernels/generic/copy.h"
+#include "kernels/generic/norm.h"
 #include "llm/seed_dynamic_weights.h"
 #include "llm/seed_layer_builder.h"
 #include "milrt/dtype.h"
@@ -63,12 +65,11 @@ Rows read_rows(const Tensor& out, int64_t ch, int64_t n, int64_t S) {
   return r;
 }
 
-// [S, C] row-major (the task's x and target) -> [C, S].
-Rows channel_first(const Tensor& t, int64_t S, int64_t C) {
-  Rows r(size_t(S * C));
-  const float* p = t.ptr<float>();
-  for (int64_t s = 0; s < S; ++s)
-    for (int64_t c = 0; c < C; ++c) r[size_t(c * S + s)] = p[s * C + c];
+// [a, b] row-major -> [b, a]: the task's position-major x and target to
+// channel-first rows, and back.
+Rows transposed(const float* p, int64_t a, int64_t b) {
+  Rows r(size_t(a * b));
+  kernels::permute(p, Shape{a, b}, {1, 0}, sizeof(float), r.data());
   return r;
 }
 
@@ -81,34 +82,17 @@ void add_weight_grad(Tensor& g, const Rows& dy, const Rows& x, int64_t S) {
                 kernels::OutputRef{c, kernels::ElemType::f32, in}, kernels::Epilogue{.residual = c, .residual_ld = in});
 }
 
-// RMSNorm backward for y = w ⊙ x · r, r = (mean(x²) + eps)^-1/2 per
-// position: dx = r (w ⊙ dy − x · r² Σᵢ wᵢ dyᵢ xᵢ / d), dw += Σₜ dy x r.
-// (train_large.m's rmsnorm_bwd multiplies the second term by w too, which
-// equals this only while the gains are 1; this is the derivative, as the
-// CPU trainer's autodiff takes it.) `dx` may be null (x is data).
+// RMSNorm's backward on channel-first rows [d, S]: the CPU trainer's kernel
+// (kernels::rms_norm_backward_f32, eps 1e-5 as the seed's) on the rows
+// transposed to positions; dw += the step's sum. (train_large.m's
+// rmsnorm_bwd multiplies the second term by w too, which equals the
+// derivative only while the gains are 1.) `dx` may be null (x is data).
 void rmsnorm_backward(float* dx, Tensor& dw, const Rows& dy, const Rows& x, const Tensor& w, int64_t d, int64_t S) {
-  const float* wp = w.ptr<float>();
+  Rows xt = transposed(x.data(), d, S), dyt = transposed(dy.data(), d, S), dwt(static_cast<size_t>(d));
+  kernels::rms_norm_backward_f32(xt.data(), w.ptr<float>(), dyt.data(), dyt.data(), dwt.data(), S, d, 1e-5f);
+  if (dx) kernels::permute(dyt.data(), Shape{S, d}, {1, 0}, sizeof(float), dx);  // dyt now holds dx
   float* dwp = dw.mutable_ptr<float>();
-  std::vector<double> r(static_cast<size_t>(S)), dot(static_cast<size_t>(S));
-  for (int64_t t = 0; t < S; ++t) {
-    double ss = 0, wdx = 0;
-    for (int64_t i = 0; i < d; ++i) {
-      const double xi = x[size_t(i * S + t)];
-      ss += xi * xi;
-      wdx += double(wp[i]) * dy[size_t(i * S + t)] * xi;
-    }
-    r[size_t(t)] = 1.0 / std::sqrt(ss / double(d) + 1e-5);
-    dot[size_t(t)] = wdx * r[size_t(t)] * r[size_t(t)] / double(d);
-  }
-  for (int64_t i = 0; i < d; ++i) {
-    double acc = 0;
-    for (int64_t t = 0; t < S; ++t) {
-      const size_t k = size_t(i * S + t);
-      acc += double(dy[k]) * x[k] * r[size_t(t)];
-      if (dx) dx[k] = float(r[size_t(t)] * (double(wp[i]) * dy[k] - double(x[k]) * dot[size_t(t)]));
-    }
-    dwp[i] += float(acc);
-  }
+  for (int64_t i = 0; i < d; ++i) dwp[i] += dwt[size_t(i)];
 }
 
 // The seed's serial dispatch queue: tasks run one after another on a worker
@@ -276,7 +260,7 @@ AneTrainLog train_seed_layer_ane(const SeedLayerConfig& cfg, const Tensor& x, co
   check_arguments(cfg, x, target, weights, opt);
   const auto wall0 = Clock::now();
   const int64_t D = cfg.dim, H = cfg.hidden, S = cfg.seq, SC = int64_t(cfg.heads) * S;
-  const Rows x_in = channel_first(x, S, D), y_tgt = channel_first(target, S, D);
+  const Rows x_in = transposed(x.ptr<float>(), S, D), y_tgt = transposed(target.ptr<float>(), S, D);
 
   AneTrainLog log;
   DeviceKernels dev(opt, open_device, log.totals);
