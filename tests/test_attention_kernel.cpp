@@ -152,6 +152,75 @@ TEST(AttentionKernel, RowsThatSeeNoKeyAreNaN) {
   EXPECT_FLOAT_EQ(o[4], 1.0f);
 }
 
+TEST(AttentionKernel, VisibleKeySpans) {
+  constexpr float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  // Two query rows of 6 keys: row 0 sees keys 2..3, row 1 key 4; a NaN is open.
+  std::vector<float> add = {-inf, -inf, 0, 1, -inf, -inf, -inf, -inf, -inf, -inf, -2, -inf};
+  AttentionMask m{AttentionMaskKind::additive, add.data(), 6, 1};
+  KeySpan s = attention_visible_keys(m, 0, 2, 6);
+  EXPECT_EQ(s.lo, 2);
+  EXPECT_EQ(s.hi, 5);
+  s = attention_visible_keys(m, 1, 1, 6);
+  EXPECT_EQ(s.lo, 4);
+  EXPECT_EQ(s.hi, 5);
+  s = attention_visible_keys(m, 0, 1, 3);  // kend cuts the row at key 3
+  EXPECT_EQ(s.lo, 2);
+  EXPECT_EQ(s.hi, 3);
+  add[0] = nan;
+  EXPECT_EQ(attention_visible_keys(m, 0, 1, 6).lo, 0);
+  // A row that sees nothing: an empty span.
+  std::vector<uint8_t> keep = {0, 0, 0, 0, 1, 0, 0, 0};
+  AttentionMask k{AttentionMaskKind::keep, keep.data(), 4, 1};
+  s = attention_visible_keys(k, 0, 1, 4);
+  EXPECT_EQ(s.lo, s.hi);
+  s = attention_visible_keys(k, 0, 2, 4);
+  EXPECT_EQ(s.lo, 0);
+  EXPECT_EQ(s.hi, 1);
+  // One mask row broadcast over the block; no mask: every key.
+  AttentionMask b{AttentionMaskKind::keep, keep.data() + 4, 0, 1};
+  s = attention_visible_keys(b, 3, 50, 4);
+  EXPECT_EQ(s.lo, 0);
+  EXPECT_EQ(s.hi, 1);
+  s = attention_visible_keys({}, 0, 4, 7);
+  EXPECT_EQ(s.lo, 0);
+  EXPECT_EQ(s.hi, 7);
+}
+
+// Decoding against a cache whose unfilled rows (and, for a sliding window,
+// the rows before it) are masked with -inf: those K and V rows are poisoned
+// with NaN here, which any read of them would carry into the output. The
+// fp64 reference gets zeros there instead (their probabilities are 0).
+TEST(AttentionKernel, MaskedCacheRowsAreNotRead) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::mt19937_64 rng(41);
+  for (int64_t tq : {1, 4, 70})
+    for (int64_t first : {0, 5, 130}) {
+      const int64_t tk = 400, d = 64, last = first + tq + 40;  // keys [first, last + i] visible to query i
+      SCOPED_TRACE(testing::Message() << "Tq=" << tq << " first=" << first);
+      Case c{tq, tk, d, d, false, AttentionMaskKind::additive};
+      std::vector<float> q = random_vec(size_t(tq * d), rng, -2, 2), k = random_vec(size_t(tk * d), rng, -2, 2),
+                         v = random_vec(size_t(tk * d), rng), mask(size_t(tq * tk), -inf);
+      for (int64_t i = 0; i < tq; ++i)
+        for (int64_t j = first; j <= last + i; ++j) mask[size_t(i * tk + j)] = 0;
+      std::vector<float> kp = k, vp = v;
+      for (int64_t j = 0; j < tk; ++j) {
+        if (j >= first && j <= last + tq - 1) continue;
+        for (int64_t e = 0; e < d; ++e) {
+          kp[size_t(j * d + e)] = vp[size_t(j * d + e)] = nan;
+          k[size_t(j * d + e)] = v[size_t(j * d + e)] = 0;
+        }
+      }
+      const float scale = 0.125f;
+      AttentionShape sh{tq, tk, d, d, scale, false};
+      std::vector<float> o(size_t(tq * d)), scratch(attention_scratch_floats(sh));
+      attention_f32(q.data(), kp.data(), vp.data(), o.data(), sh, {AttentionMaskKind::additive, mask.data(), tk, 1},
+                    scratch.data());
+      std::vector<double> want = naive(c, q, k, v, mask, {}, scale);
+      for (size_t i = 0; i < o.size(); ++i)
+        ASSERT_LE(std::fabs(o[i] - want[i]), 2e-5 + 1e-4 * std::fabs(want[i])) << "at " << i << ": got " << o[i];
+    }
+}
+
 TEST(AttentionKernel, NegativeSizesAreErrors) {
   float x = 0;
   EXPECT_THROW(attention_f32(&x, &x, &x, &x, {-1, 1, 1, 1}, {}, &x), Error);

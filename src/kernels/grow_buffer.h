@@ -13,10 +13,13 @@ namespace milrt::kernels {
 class GrowBuffer {
  public:
   // At least `bytes` bytes; the old contents are not kept when it grows.
+  // The first allocation is at least kFloor, so products whose shapes creep
+  // up run after run (attention tiles over a filling KV cache) do not
+  // allocate again on every new width.
   void* get(size_t bytes) {
     if (bytes > cap_) {
-      buf_.reset(static_cast<std::byte*>(::operator new[](std::max<size_t>(bytes, 64), std::align_val_t(64))));
-      cap_ = bytes;
+      cap_ = std::max(bytes, kFloor);
+      buf_.reset(static_cast<std::byte*>(::operator new[](cap_, std::align_val_t(64))));
     }
     return buf_.get();
   }
@@ -24,6 +27,7 @@ class GrowBuffer {
   T* get_as(size_t elems) { return static_cast<T*>(get(elems * sizeof(T))); }
 
  private:
+  static constexpr size_t kFloor = size_t(256) << 10;
   struct Free {
     void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t(64)); }
   };

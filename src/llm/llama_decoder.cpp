@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "llm/quantize.h"
@@ -13,9 +14,11 @@
 namespace milrt::llm {
 namespace {
 
-// Masked scores: exp() underflows to an exact zero, and unlike -inf a masked
-// row can never produce inf - inf.
-constexpr double kMaskValue = -1e9;
+// Masked scores: -inf, which the attention kernels recognise as "never seen"
+// and skip, so a decode step reads only the cache rows filled so far
+// (kernels::attention_visible_keys). No row is all -inf (query i at pos + i
+// always sees key 0), so no inf - inf arises.
+constexpr double kMaskValue = -std::numeric_limits<double>::infinity();
 
 Tensor int_range(int64_t n, int64_t start = 0) {
   Tensor t(DType::Int32, {n});

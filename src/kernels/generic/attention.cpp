@@ -49,6 +49,31 @@ void attention_mask_tile(float* s, int64_t ld, int64_t i0, int64_t bq, int64_t j
   }
 }
 
+KeySpan attention_visible_keys(const AttentionMask& mask, int64_t i0, int64_t bq, int64_t kend) {
+  if (kend <= 0) return {};
+  if (mask.kind == AttentionMaskKind::none) return {0, kend};
+  auto open = [&](int64_t i, int64_t j) {
+    const int64_t at = i * mask.row_stride + j * mask.col_stride;
+    if (mask.kind == AttentionMaskKind::keep) return static_cast<const uint8_t*>(mask.data)[at] != 0;
+    return static_cast<const float*>(mask.data)[at] != kNegInf;  // NaN leaves the key open, as it is in the scores
+  };
+  int64_t lo = kend, hi = 0;
+  const int64_t rows = mask.row_stride == 0 ? std::min<int64_t>(bq, 1) : bq;
+  for (int64_t i = i0; i < i0 + rows; ++i) {
+    for (int64_t j = 0; j < lo; ++j)
+      if (open(i, j)) {
+        lo = j;
+        break;
+      }
+    for (int64_t j = kend - 1; j >= std::max(hi, lo); --j)
+      if (open(i, j)) {
+        hi = j + 1;
+        break;
+      }
+  }
+  return lo < hi ? KeySpan{lo, hi} : KeySpan{};
+}
+
 size_t attention_scratch_floats(const AttentionShape&) { return size_t(kBlockQ * kTileK + 2 * kBlockQ); }
 
 void attention_f32(const float* q, const float* k, const float* v, float* o, const AttentionShape& sh,
@@ -64,8 +89,9 @@ void attention_f32(const float* q, const float* k, const float* v, float* o, con
     std::fill(sc.l, sc.l + bq, 0.0f);
     // Keys past the block's last query's limit are masked for every row of it.
     int64_t kend = sh.causal ? std::clamp<int64_t>(i0 + bq - 1 + offset + 1, 0, sh.tk) : sh.tk;
-    for (int64_t j0 = 0; j0 < kend; j0 += kTileK) {
-      const int64_t bk = std::min(kTileK, kend - j0);
+    const KeySpan keys = attention_visible_keys(mask, i0, bq, kend);
+    for (int64_t j0 = keys.lo; j0 < keys.hi; j0 += kTileK) {
+      const int64_t bk = std::min(kTileK, keys.hi - j0);
       gemm(bq, bk, sh.d, MatrixRef{q + i0 * sh.d, ElemType::f32, sh.d, false},
            MatrixRef{k + j0 * sh.d, ElemType::f32, sh.d, true}, OutputRef{sc.s, ElemType::f32, kTileK},
            Epilogue{.alpha = sh.scale}, sh.math);

@@ -47,9 +47,25 @@ struct AttentionShape {
 void attention_mask_tile(float* s, int64_t ld, int64_t i0, int64_t bq, int64_t j0, int64_t bk, const AttentionShape& sh,
                          const AttentionMask& mask);
 
+// The keys [lo, hi) of [0, kend) that some query of rows [i0, i0 + bq) may
+// see through `mask`: every key outside is masked out (additive -inf, or keep
+// 0) for each of those queries, so its probability is exactly 0 and a kernel
+// need not read its K and V rows. Decoding against a cache of `seq` rows
+// then reads only the filled part. lo == hi when no query of the block sees
+// any key. Reads at most bq·kend mask elements (one row when row_stride is 0).
+struct KeySpan {
+  int64_t lo = 0, hi = 0;
+};
+KeySpan attention_visible_keys(const AttentionMask& mask, int64_t i0, int64_t bq, int64_t kend);
+
 // fp32 elements of scratch attention_f32 needs for `s` (allocate once, reuse).
 size_t attention_scratch_floats(const AttentionShape& s);
 
+// Keys that attention_visible_keys finds masked for a whole query block are
+// skipped: their K and V rows are not read, so a non-finite value there does
+// not turn the row into NaN as it would in the reference (where its score is
+// NaN before the mask is added).
+//
 // Throws milrt::Error for negative sizes. Allocates nothing (the GEMMs it
 // calls keep a per-thread buffer that only grows). `lse` [Tq], when given,
 // receives each row's log Σ_j exp(s_ij) of the masked, scaled scores (-inf
