@@ -30,6 +30,10 @@ typedef struct milrt_ane_weight_file {
 
 // A compiled and loaded program. Opaque to the runtime.
 typedef struct milrt_ane_program milrt_ane_program;
+// A buffer the caller and the engine share (an IOSurface on the chip),
+// independent of any program: it outlives unloads, so a program's state
+// (a KV cache) survives eviction and recompilation. Opaque to the runtime.
+typedef struct milrt_ane_surface milrt_ane_surface;
 
 // Every call returns 0 on success; otherwise non-zero, with a one-line
 // message (NUL-terminated, truncated to `error_size`) in `error`.
@@ -59,6 +63,22 @@ typedef struct milrt_ane_device {
   // Compiles attempted so far in this process (the engine's compiler leaks:
   // about 119 succeed before it refuses).
   size_t (*compile_count)(void* context);
+
+  // Optional (null when the device cannot share memory; the runtime then
+  // copies every input with write_input). The first seed binds surfaces the
+  // same way (IOSurface adoption) to keep its KV cache in place.
+  // Allocates a zeroed surface of `size` bytes; `*data` is its memory, which
+  // the caller may read and write between evaluations.
+  int (*create_surface)(void* context, size_t size, milrt_ane_surface** surface, void** data, char* error,
+                        size_t error_size);
+  // Frees a surface; null is ignored. A program still bound to it fails its
+  // next evaluate.
+  void (*free_surface)(void* context, milrt_ane_surface* surface);
+  // Makes `surface` (exactly the declared input size) input `index` of
+  // `program`: evaluate reads it where it lies, with no write_input. Lasts
+  // until the program is unloaded.
+  int (*bind_input)(void* context, milrt_ane_program* program, size_t index, milrt_ane_surface* surface,
+                    char* error, size_t error_size);
 } milrt_ane_device;
 
 #ifdef __cplusplus

@@ -114,24 +114,38 @@ Packing make_packing(const std::vector<std::pair<std::string, Type>>& values, in
   return k;
 }
 
+void write_slot(const Packing& k, size_t slot, const Tensor& v, uint16_t* surface) {
+  const Packing::Slot& s = k.slots.at(slot);
+  if (v.numel() != shape_numel(s.type.shape))
+    throw Error("ane: pack: '" + s.name + "' has shape " + shape_str(v.shape()) + ", expected " +
+                shape_str(s.type.shape));
+  uint16_t* block = surface + s.channel * k.S;
+  for (int64_t j = 0; j < v.numel(); ++j) {
+    uint16_t h = v.dtype() == DType::FP16 ? v.ptr<uint16_t>()[j] : f32_to_f16(float(v.at(size_t(j))));
+    block[(j / s.row) * k.S + j % s.row] = h;
+  }
+}
+
+Tensor read_slot(const Packing& k, size_t slot, const uint16_t* surface) {
+  const Packing::Slot& s = k.slots.at(slot);
+  Tensor t(s.type.dtype, s.type.shape);
+  const uint16_t* block = surface + s.channel * k.S;
+  for (int64_t j = 0; j < t.numel(); ++j) {
+    const uint16_t h = block[(j / s.row) * k.S + j % s.row];
+    if (t.dtype() == DType::FP16)
+      t.mutable_ptr<uint16_t>()[j] = h;
+    else
+      t.set(size_t(j), f16_to_f32(h));
+  }
+  return t;
+}
+
 Tensor pack(const Packing& k, const std::vector<Tensor>& values) {
   if (values.size() != k.slots.size())
     throw Error("ane: pack: " + std::to_string(values.size()) + " values for " + std::to_string(k.slots.size()) +
                 " slots");
   Tensor out(DType::FP16, k.shape());
-  uint16_t* dst = out.mutable_ptr<uint16_t>();
-  for (size_t i = 0; i < values.size(); ++i) {
-    const Packing::Slot& s = k.slots[i];
-    const Tensor& v = values[i];
-    if (v.numel() != shape_numel(s.type.shape))
-      throw Error("ane: pack: '" + s.name + "' has shape " + shape_str(v.shape()) + ", expected " +
-                  shape_str(s.type.shape));
-    uint16_t* block = dst + s.channel * k.S;
-    for (int64_t j = 0; j < v.numel(); ++j) {
-      uint16_t h = v.dtype() == DType::FP16 ? v.ptr<uint16_t>()[j] : f32_to_f16(float(v.at(size_t(j))));
-      block[(j / s.row) * k.S + j % s.row] = h;
-    }
-  }
+  for (size_t i = 0; i < values.size(); ++i) write_slot(k, i, values[i], out.mutable_ptr<uint16_t>());
   return out;
 }
 
@@ -139,20 +153,8 @@ std::vector<Tensor> unpack(const Packing& k, const Tensor& packed) {
   if (packed.dtype() != DType::FP16 || packed.numel() != k.C * k.S)
     throw Error("ane: unpack: expected fp16 " + shape_str(k.shape()) + ", got " + std::string(dtype_name(packed.dtype())) +
                 " " + shape_str(packed.shape()));
-  const uint16_t* src = packed.ptr<uint16_t>();
   std::vector<Tensor> out;
-  for (const Packing::Slot& s : k.slots) {
-    Tensor t(s.type.dtype, s.type.shape);
-    const uint16_t* block = src + s.channel * k.S;
-    for (int64_t j = 0; j < t.numel(); ++j) {
-      const uint16_t h = block[(j / s.row) * k.S + j % s.row];
-      if (t.dtype() == DType::FP16)
-        t.mutable_ptr<uint16_t>()[j] = h;
-      else
-        t.set(size_t(j), f16_to_f32(h));
-    }
-    out.push_back(std::move(t));
-  }
+  for (size_t i = 0; i < k.slots.size(); ++i) out.push_back(read_slot(k, i, packed.ptr<uint16_t>()));
   return out;
 }
 

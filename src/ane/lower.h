@@ -58,6 +58,11 @@ Packing make_packing(const std::vector<std::pair<std::string, Type>>& values, in
 Tensor pack(const Packing& k, const std::vector<Tensor>& values);
 // The inverse: each slot's value in its own dtype and shape.
 std::vector<Tensor> unpack(const Packing& k, const Tensor& packed);
+// One slot of a packed surface (k.C * k.S fp16 values) written or read on
+// its own: what lets a state live in a block of a surface that other
+// operands share, written and read without touching the rest.
+void write_slot(const Packing& k, size_t slot, const Tensor& v, uint16_t* surface);
+Tensor read_slot(const Packing& k, size_t slot, const uint16_t* surface);
 
 // A lowered engine program: MIL text, its weight file and the packings.
 struct EngineProgram {

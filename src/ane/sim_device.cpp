@@ -23,8 +23,13 @@ struct milrt_ane_program {
   milrt::Type input_type;
   std::vector<milrt::Type> output_types;
   milrt::Tensor input;                // last written
+  milrt_ane_surface* bound = nullptr;  // bind_input: read in place instead of `input`
   std::vector<milrt::Tensor> outputs;  // last evaluated
   std::string temp_dir;               // the private copy of model.mil and weights/
+};
+
+struct milrt_ane_surface {
+  std::vector<uint8_t> bytes;
 };
 
 namespace milrt::ane {
@@ -34,6 +39,8 @@ struct Sim {
   SimLimits limits;
   size_t compiles = 0;
   std::set<milrt_ane_program*> loaded;
+  std::set<milrt_ane_surface*> surfaces;
+  size_t input_bytes_written = 0;  // through write_input: the copies binding avoids
 };
 
 // Copies a one-line message into the caller's buffer and returns 1.
@@ -173,14 +180,53 @@ int sim_write_input(void* context, milrt_ane_program* p, size_t index, const voi
   if (size != p->input.nbytes())
     return fail(error, error_size, "ane-sim: write_input: " + std::to_string(size) + " bytes, the input is " +
                                        std::to_string(p->input.nbytes()));
+  if (p->bound) return fail(error, error_size, "ane-sim: write_input: input 0 is bound to a surface; write the surface");
   std::memcpy(p->input.mutable_data(), data, size);
+  sim_of(context).input_bytes_written += size;
+  return 0;
+}
+
+int sim_create_surface(void* context, size_t size, milrt_ane_surface** surface, void** data, char* error,
+                       size_t error_size) {
+  Sim& sim = sim_of(context);
+  *surface = nullptr;
+  const size_t most = size_t(sim.limits.max_dim) * size_t(sim.limits.max_dim) * 2;  // one fp16 [1, C, 1, S]
+  if (size == 0 || size > most)
+    return fail(error, error_size, "ane-sim: create_surface: " + std::to_string(size) + " bytes; a surface holds 1 to " +
+                                       std::to_string(most));
+  auto s = std::make_unique<milrt_ane_surface>();
+  s->bytes.assign(size, 0);
+  *data = s->bytes.data();
+  *surface = s.release();
+  sim.surfaces.insert(*surface);
+  return 0;
+}
+
+void sim_free_surface(void* context, milrt_ane_surface* s) {
+  if (s && sim_of(context).surfaces.erase(s)) delete s;
+}
+
+int sim_bind_input(void* context, milrt_ane_program* p, size_t index, milrt_ane_surface* s, char* error,
+                   size_t error_size) {
+  Sim& sim = sim_of(context);
+  if (!is_loaded(sim, p)) return fail(error, error_size, "ane-sim: bind_input: program not loaded");
+  if (index != 0) return fail(error, error_size, "ane-sim: bind_input: input " + std::to_string(index) + " of 1");
+  if (!s || !sim.surfaces.count(s)) return fail(error, error_size, "ane-sim: bind_input: not a surface of this device");
+  if (s->bytes.size() != p->input.nbytes())
+    return fail(error, error_size, "ane-sim: bind_input: the surface is " + std::to_string(s->bytes.size()) +
+                                       " bytes, the input is " + std::to_string(p->input.nbytes()));
+  p->bound = s;
   return 0;
 }
 
 int sim_evaluate(void* context, milrt_ane_program* p, char* error, size_t error_size) {
   if (!is_loaded(sim_of(context), p)) return fail(error, error_size, "ane-sim: evaluate: program not loaded");
+  if (p->bound && !sim_of(context).surfaces.count(p->bound))
+    return fail(error, error_size, "ane-sim: evaluate: the surface bound to input 0 was freed");
   try {
-    TensorMap out = run_reference(p->program, "main", {{p->input_name, p->input.clone()}});
+    Tensor in = p->input.clone();
+    if (p->bound) std::memcpy(in.mutable_data(), p->bound->bytes.data(), in.nbytes());  // the engine reading it
+    TensorMap out = run_reference(p->program, "main", {{p->input_name, in}});
     const Function* f = p->program.function("main");
     p->outputs.clear();
     for (auto& name : f->outputs) p->outputs.push_back(out.at(name));
@@ -227,6 +273,9 @@ milrt_ane_device make_sim_device(const SimLimits& limits) {
   d.read_output = sim_read_output;
   d.unload = sim_unload;
   d.compile_count = sim_compile_count;
+  d.create_surface = sim_create_surface;
+  d.free_surface = sim_free_surface;
+  d.bind_input = sim_bind_input;
   return d;
 }
 
@@ -235,10 +284,15 @@ void free_sim_device(milrt_ane_device& device) {
   Sim* sim = static_cast<Sim*>(device.context);
   for (milrt_ane_program* p : std::vector<milrt_ane_program*>(sim->loaded.begin(), sim->loaded.end()))
     sim_unload(sim, p);
+  for (milrt_ane_surface* s : std::vector<milrt_ane_surface*>(sim->surfaces.begin(), sim->surfaces.end()))
+    sim_free_surface(sim, s);
   delete sim;
   device.context = nullptr;
 }
 
 size_t SimDevice::loaded() const { return static_cast<const Sim*>(table_.context)->loaded.size(); }
+size_t SimDevice::input_bytes_written() const {
+  return static_cast<const Sim*>(table_.context)->input_bytes_written;
+}
 
 }  // namespace milrt::ane

@@ -17,6 +17,10 @@
 // NSTemporaryDirectory(): later changes to the caller's bytes do not change
 // results ("weights are fixed at compile time").
 //
+// Surfaces (create_surface, bind_input) are plain memory the program reads
+// at evaluate, where it lies; a bound surface must have the input's declared
+// size, and write_input to a bound input is refused.
+//
 // Not simulated: what Apple's compiler actually accepts beyond these rules,
 // the chip's numerics (the reference executor rounds every op's result to
 // its declared dtype, as fp16 hardware rounds per op, but accumulates in
@@ -51,6 +55,9 @@ class SimDevice {
   milrt_ane_device* table() { return &table_; }
   // Programs compiled and not yet unloaded (for tests of eviction).
   size_t loaded() const;
+  // Bytes copied in through write_input so far (bound surfaces are read in
+  // place and add nothing): what tests of zero-copy state count.
+  size_t input_bytes_written() const;
 
  private:
   milrt_ane_device table_;

@@ -79,7 +79,7 @@ bool engine_has_op(const std::string& op_type) { return supported().count(op_typ
 std::string host_reason(const Op& op, const TypeTable& types, const std::set<std::string>& constants,
                         int64_t max_dim) {
   if (op.type == "read_state" || op.type == "coreml_update_state")
-    return op.type + ": stateful ops stay on the host in this version";
+    return op.type + ": a state op (the partition makes it a view of, or a write into, the state's buffer)";
   if (!engine_has_op(op.type)) return op.type + ": no engine route (not in the backend's supported op set)";
   if (op.type == "scaled_dot_product_attention" && op.has("attn_mask"))
     return op.type + ": has attn_mask, which the engine's fused attention ignores (docs); write it as "

@@ -35,6 +35,16 @@ void print_ane_partition(const Program& p, const std::string& function) {
   const Function& f = *part.program.function(function);
   std::printf("Neural Engine partition of %s: %zu engine programs, %zu host steps\n", function.c_str(),
               part.engine_programs(), part.host_steps());
+  for (const ane::StateHome& h : part.states) {
+    const ane::Packing::Slot& slot = h.packing.slots[h.slot];
+    std::string where = h.step == ane::StateHome::npos
+                            ? "a surface of its own"
+                            : "channels " + std::to_string(slot.channel) + "-" +
+                                  std::to_string(slot.channel + slot.channels - 1) + " of step " +
+                                  std::to_string(h.step) + "'s input";
+    std::printf("state %s: %s, one persistent fp16 buffer (%lld bytes) in %s\n", h.name.c_str(), h.type.str().c_str(),
+                (long long)(slot.channels * h.packing.S * 2), where.c_str());
+  }
   int program = 0;
   for (size_t i = 0; i < part.steps.size(); ++i) {
     const ane::Step& s = part.steps[i];
@@ -48,6 +58,14 @@ void print_ane_partition(const Program& p, const std::string& function) {
       std::printf("  output fp16 %s, %zu bytes, packs: %s\n", shape_str(e.output.shape()).c_str(), e.output.bytes(),
                   join(s.outputs).c_str());
       std::printf("  weights %zu bytes, MIL %zu bytes\n", e.weights.size(), e.mil.size());
+      for (auto& v : s.state_inputs)
+        std::printf("  state %s: read in place, as '%s' (its buffer is a block of this input, bound zero-copy)\n",
+                    part.views.at(v).c_str(), v.c_str());
+    } else if (s.kind == ane::Step::Kind::StateWrite) {
+      std::printf("step %zu: host, writes state buffers, %zu ops: %s\n", i, s.ops.size(), join(ops).c_str());
+      for (auto& r : s.reasons) std::printf("  on the host: %s\n", r.c_str());
+      if (!s.save_before.empty())
+        std::printf("  copies out first (read after this write): %s\n", join(s.save_before).c_str());
     } else {
       std::printf("step %zu: host, %zu ops: %s\n", i, s.ops.size(), join(ops).c_str());
       for (auto& r : s.reasons) std::printf("  on the host: %s\n", r.c_str());
