@@ -4,7 +4,7 @@
 // The kernel takes whole 16-row groups and 16-pair k steps on the tiles and
 // leaves edge rows, the k tail and the epilogue to the AVX-512 kernel, so the
 // sizes sit on both sides of 16 and 32 (rows of a tile group, the 32×32 tile)
-// and of KC = 512. Products of bf16 values are exact in fp32 and summed in
+// and of KC = 2048. Products of bf16 values are exact in fp32 and summed in
 // fp32, so an element may be off by (K + 2)·2^-24·Σ|a||b| (the recursive
 // summation bound) times |alpha|, plus the epilogue's and the output's own
 // rounding. Matrix padding holds NaN (support/gemm_matrices.h): a tile that
@@ -89,7 +89,8 @@ std::vector<Dims> awkward_shapes() {
     shapes.push_back({65, s, 33});
     shapes.push_back({33, 17, s});
   }
-  shapes.push_back({100, 65, 1031});  // K blocks of 512, 512 and a tail of 7
+  shapes.push_back({100, 65, 1031});  // one K block with a k tail of 7
+  shapes.push_back({49, 40, 4103});   // K blocks of 2048, 2048 and a tail of 7
   shapes.push_back({257, 100, 768});
   return shapes;
 }

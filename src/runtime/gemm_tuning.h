@@ -52,8 +52,9 @@ TuneMode tune_mode_from_env();
 // and threads (own kernels won the weight-gradient products oneDNN had won).
 // 4: transposed fp32 A converted to bf16 rows as pair words (AMX weight
 // gradients about a quarter faster). 5: AMX tiles start from an fp32
-// residual (C += A·B in one K block: no epilogue pass).
-inline constexpr int kGemmTuningCacheVersion = 5;
+// residual (C += A·B in one K block: no epilogue pass). 6: the AMX K block
+// is 2048 (products with K <= 2048 keep their sums in the tiles).
+inline constexpr int kGemmTuningCacheVersion = 6;
 
 inline constexpr double kShapeBudgetMs = 100;
 inline constexpr double kCompileBudgetMs = 3000;
