@@ -234,6 +234,10 @@ TEST(ProfileTrain, FamiliesAndBitIdenticalWeights) {
   llm::TrainTask task_off = llm::llama_task(test::tiny_llama_config(), tok, to);
   llm::TrainLog off = llm::train(task_off, opt, w_off);
   EXPECT_TRUE(off.family_ms.empty());
+  // The forward part is timed inside the step plan's runs, up to the loss.
+  EXPECT_TRUE(off.ms_fwd_in_step);
+  EXPECT_GT(off.ms_fwd, 0);
+  EXPECT_LT(off.ms_fwd, off.ms_fwd_bwd);
   opt.profile = opt.trace = true;
   llm::TrainTask task_on = llm::llama_task(test::tiny_llama_config(), tok, to);
   llm::TrainLog on = llm::train(task_on, opt, w_on);

@@ -133,6 +133,9 @@ struct TrainLog {
   struct Row { int64_t step; double loss, val_loss, lr, grad_norm, ms, tok_s = NAN, comm_ms = NAN; };
   std::vector<Row> rows;
   double ms_fwd_bwd = 0, ms_fwd = 0, ms_optimizer = 0, ms_data = 0;  // medians per micro-step (optimizer per step)
+  // ms_fwd is the time from a step run's start until its loss is final
+  // (true), or, when the step plan cannot tell, the eval plan's run time.
+  bool ms_fwd_in_step = false;
   double ms_accumulate = 0;          // median time of zeroing the gradient sums, once per optimizer step (accum > 1; the step plan adds into them)
   // This call's totals: compiling both plans, the training steps (evaluations
   // excluded), and everything from entering train() to the last save.
