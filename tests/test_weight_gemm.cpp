@@ -22,6 +22,7 @@
 #include "milrt/dtype.h"
 #include "milrt/error.h"
 #include "support/activation_fp64.h"
+#include "support/half_fp64.h"
 
 // Counts heap allocations while armed (the repeated-call test).
 namespace {
@@ -52,18 +53,11 @@ namespace milrt::kernels {
 namespace {
 
 using test::act64;
+using test::half64;
 
 constexpr double kU = 0x1p-24;  // fp32 unit roundoff
 const WeightFormat kFormats[] = {WeightFormat::f32, WeightFormat::f16, WeightFormat::bf16, WeightFormat::q8};
 
-// IEEE half, decoded independently of milrt's converters.
-double half64(uint16_t h) {
-  const int e = (h >> 10) & 31, m = h & 1023;
-  const double s = (h & 0x8000) ? -1 : 1;
-  if (e == 0) return s * std::ldexp(double(m), -24);
-  if (e == 31) return m ? NAN : s * INFINITY;
-  return s * std::ldexp(double(1024 + m), e - 25);
-}
 double bf16_64(uint16_t b) {
   const uint32_t bits = uint32_t(b) << 16;
   float f;

@@ -23,6 +23,7 @@
 #include "kernels/weight_gemm.h"
 #include "milrt/error.h"
 #include "support/int8_activation_model.h"
+#include "support/isa_paths.h"
 #include "support/activation_fp64.h"
 
 namespace milrt::kernels {
@@ -33,21 +34,8 @@ using test::QuantRow;
 using test::quantize_row;
 
 constexpr double kU = 0x1p-24;  // fp32 unit roundoff
-constexpr Isa kAllIsas[] = {Isa::generic, Isa::avx2, Isa::avx512, Isa::amx};
-
-// The paths this CPU runs; the rest are named once on stdout.
-std::vector<Isa> paths() {
-  static bool said = false;
-  if (!said) {
-    said = true;
-    for (Isa isa : kAllIsas)
-      if (!isa_usable(isa))
-        std::printf("[ skip ] the %s path: this CPU cannot run it\n", std::string(isa_name(isa)).c_str());
-    if (isa_usable(Isa::avx512) && !cpu_features().avx512_vnni)
-      std::printf("[ skip ] avx512 int8 activations by vpdpbusd: no avx512_vnni (the AVX2 loops run instead)\n");
-  }
-  return usable_isas();
-}
+// The paths this CPU runs (the others named on stdout as skipped).
+std::vector<Isa> paths() { return test::tested_paths(); }
 
 // A q4 weight [n, ld]: the values (one int a value, for the reference), the
 // packed bytes and the block scales.

@@ -23,6 +23,7 @@
 #include "kernels/threads.h"
 #include "kernels/weight_gemm.h"
 #include "support/int8_activation_model.h"
+#include "support/isa_paths.h"
 #include "support/activation_fp64.h"
 
 // Every operator new in this test program is counted (a repeated call must allocate nothing).
@@ -36,24 +37,8 @@ using test::QuantRow;
 using test::quantize_row;
 
 constexpr double kU = 0x1p-24;  // fp32 unit roundoff
-constexpr Isa kAllIsas[] = {Isa::generic, Isa::avx2, Isa::avx512, Isa::amx};
-
-// The paths this CPU runs; the rest are named once on stdout, as is which
-// loops the avx512 path takes for int8 activations.
-std::vector<Isa> paths() {
-  static bool said = false;
-  if (!said) {
-    said = true;
-    for (Isa isa : kAllIsas)
-      if (!isa_usable(isa))
-        std::printf("[ skip ] the %s path: this CPU cannot run it\n", std::string(isa_name(isa)).c_str());
-    if (isa_usable(Isa::avx512))
-      std::printf("[ info ] avx512 int8 activations: %s\n",
-                  cpu_features().avx512_vnni ? "vpdpbusd (avx512_vnni)"
-                                             : "no avx512_vnni, so the AVX2 loops (the VNNI loops are not tested here)");
-  }
-  return usable_isas();
-}
+// The paths this CPU runs (the others named on stdout as skipped).
+std::vector<Isa> paths() { return test::tested_paths(); }
 
 // A q8 weight [n, ld] with its block scales.
 struct Q8 {

@@ -55,7 +55,12 @@
 // prefill) ignore the option: their products are exact as with
 // ActivationQuant::none.
 //
-// q4 (signed 4-bit values, two a byte, one fp32 scale per block of a row)
+// Scales (WeightRef::scale_type): fp32 or fp16. fp16 scales are widened where
+// they are read (vcvtph2ps on the AVX paths, 16 of them a group in the VNNI
+// rows, 8 in the AVX2 int8 rows; one at a time where a block takes one); the
+// widening is exact, so only the bytes read change, never the results.
+//
+// q4 (signed 4-bit values, two a byte, one scale per block of a row)
 // halves q8's bytes again and runs q8's loops on the same values, so a q4
 // weight gives the same bits as the q8 weight holding them, on every path,
 // mode and thread count. With int8 activations on avx512_vnni the vpdpbusd
@@ -68,6 +73,7 @@
 // exact on all) and runs the q8 loops on them: unpacking costs about what
 // the halved reads save, so there q4 runs at about q8's speed per weight.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/cpu_features.h"
@@ -92,14 +98,24 @@ struct WeightRef {
   WeightFormat format = WeightFormat::f32;
   const void* data = nullptr;     // row-major [n, ld] (q4: ld / 2 bytes a row)
   int64_t n = 0, k = 0, ld = 0;   // ld >= k: elements between rows
-  const float* scales = nullptr;  // q8, q4 only: [n, k / block] fp32, row-major
+  const void* scales = nullptr;   // q8, q4 only: [n, k / block] of scale_type, row-major
   int64_t block = 0;              // q8, q4 only: elements of a row sharing one scale; divides k (q4: even)
+  // q8, q4 only: f32, or f16 (IEEE half bits, as llama.cpp's Q8_0/Q4_0 and Core ML's fp16 scales): 2 bytes a
+  // block instead of 4, which decode reads with every weight. Widened exactly to fp32 where read, so a weight
+  // with f16 scales gives the same bits as one with the same scales held in fp32, on every path.
+  ElemType scale_type = ElemType::f32;
   ActivationQuant activations = ActivationQuant::none;  // q8, q4 only; the other formats ignore it
   // The panels' product (M > 4, prefill); the streaming rows ignore it. bf16: A and the widened weight
   // values rounded to bf16 (a bf16 weight as stored; q8/q4's scale·q and f16 rounded once more), sums in
   // fp32, on gemm's bf16 kernels (AMX or vdpbf16ps where the CPU has them): the matrix units, not fp32 FMAs.
   GemmMath math = GemmMath::fp32;
 };
+
+// The scales of row j of a q8/q4 weight: k / block of w.scale_type.
+inline const void* weight_scale_row(const WeightRef& w, int64_t j) {
+  const size_t bytes = w.scale_type == ElemType::f16 ? 2 : 4;
+  return static_cast<const std::byte*>(w.scales) + size_t(j * (w.k / w.block)) * bytes;
+}
 
 // Up to this many rows of A, weight_gemm streams W's rows as stored (each read once for all rows: decode is
 // bound by weight bytes) and ignores WeightRef::math; above it, panels of W go through gemm. The crossing point
@@ -109,8 +125,9 @@ inline constexpr int64_t kWeightStreamMaxRows = 4;
 inline constexpr bool weight_gemm_streams(int64_t M) { return M <= kWeightStreamMaxRows; }
 
 // C[M,N] = epilogue(alpha · A[M,K] · Wᵀ) with W's values as stored (f16/bf16 widened exactly; q8 element
-// (j, i) = scales[j·(k/block) + i/block] · q[j·ld + i]); fp32 math: products of fp32 A and the widened weights,
-// accumulated in fp32; for q8 each block's dot product Σ a·q is scaled once (mathematically the same value).
+// (j, i) = scales[j·(k/block) + i/block] · q[j·ld + i], an f16 scale widened exactly); fp32 math: products of
+// fp32 A and the widened weights, accumulated in fp32; for q8 each block's dot product Σ a·q is scaled once
+// (mathematically the same value).
 // q4 is q8 with q = the signed nibble of element i (byte i / 2 of the row; low nibble for even i).
 // With w.activations int8 and M <= 4, q8 and q4 rows instead give Σ_blocks (Σ qa·q) · (scale · activation scale),
 // where qa is A quantized as described above (not the exact product: A is rounded to 8 bits per block).
@@ -123,8 +140,8 @@ inline constexpr bool weight_gemm_streams(int64_t M) { return M <= kWeightStream
 // may be C itself (C += ...). M = 0 or n = 0 does nothing; k = 0 gives
 // epilogue(0). Throws milrt::Error for negative sizes, ld < k, ldc < n, null
 // pointers where elements exist, a q8/q4 block that is not positive or does not
-// divide k, q8/q4 without scales, a q4 block or ld that is odd, or a path this
-// CPU cannot run.
+// divide k, q8/q4 without scales or with scales neither f32 nor f16, a q4 block
+// or ld that is odd, or a path this CPU cannot run.
 void weight_gemm(int64_t M, const float* a, int64_t lda, const WeightRef& w, float* c, int64_t ldc,
                  const Epilogue& ep = {}, Isa isa = current_isa());
 

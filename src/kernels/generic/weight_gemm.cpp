@@ -84,6 +84,9 @@ void check(int64_t M, const float* a, int64_t lda, const WeightRef& w, const flo
     if (w.k % w.block != 0)
       fail(f + " block " + std::to_string(w.block) + " does not divide K = " + std::to_string(w.k));
     if (!w.scales && w.n > 0 && w.k > 0) fail(f + " weight without scales");
+    if (w.scale_type != ElemType::f32 && w.scale_type != ElemType::f16)
+      fail(f + " scales must be f32 or f16, got " + (w.scale_type == ElemType::bf16 ? "bf16" : "element type " +
+                                                      std::to_string(int(w.scale_type))));
   }
   if (w.format == WeightFormat::q4) {
     // Two values a byte: a block or row that ends mid-byte has no address.
@@ -163,6 +166,11 @@ struct Q8 {
   static float at(const void* p, int64_t i) { return float(static_cast<const int8_t*>(p)[i]); }
 };
 
+// Scale b of a row's scales (weight_scale_row), widened exactly.
+inline float scale_at(const void* row, bool f16, int64_t b) {
+  return f16 ? F16::at(row, b) : F32::at(row, b);
+}
+
 void weight_rows_generic(const WeightRef& w, int64_t j0, int64_t j1, int M, const float* a, int64_t lda, float* out,
                          int64_t ldo) {
   const int64_t K = w.k;
@@ -178,9 +186,9 @@ void weight_rows_generic(const WeightRef& w, int64_t j0, int64_t j1, int M, cons
         case WeightFormat::q8: {
           // Blocks in order; each block's Σ a·q is scaled once.
           const int8_t* row = static_cast<const int8_t*>(w.data) + j * w.ld;
-          const float* s = w.scales + j * (K / w.block);
+          const void* s = weight_scale_row(w, j);
           for (int64_t b = 0; b < K / w.block; ++b)
-            v += s[b] * dot8<Q8>(x + b * w.block, row, b * w.block, w.block);
+            v += scale_at(s, w.scale_type == ElemType::f16, b) * dot8<Q8>(x + b * w.block, row, b * w.block, w.block);
           break;
         }
       }
@@ -253,14 +261,14 @@ MILRT_CLONES(void, int8_rows_generic,
   const int64_t block = w.block, nb = w.k / block;
   for (int64_t j = j0; j < j1; ++j) {
     const int8_t* row = static_cast<const int8_t*>(w.data) + j * w.ld;
-    const float* sc = w.scales + j * nb;
+    const void* sc = weight_scale_row(w, j);
     for (int i = 0; i < M; ++i) {
       const int8_t* x = qa + i * ldq;
       float v = 0;
       for (int64_t b = 0; b < nb; ++b) {
         int32_t sum = 0;
         for (int64_t t = b * block; t < (b + 1) * block; ++t) sum += int32_t(row[t]) * int32_t(x[t]);
-        v += float(sum) * (sc[b] * sa[i * lds + b]);
+        v += float(sum) * (scale_at(sc, w.scale_type == ElemType::f16, b) * sa[i * lds + b]);
       }
       out[i * ldo + (j - j0)] = v;
     }
@@ -283,8 +291,9 @@ void widen_rows_generic(const WeightRef& w, int64_t j0, int64_t j1, float* dst) 
         for (int64_t k = 0; k < K; ++k) d[k] = BF16::at(w.data, j * w.ld + k);
         break;
       case WeightFormat::q8: {
-        const float* s = w.scales + j * (K / w.block);
-        for (int64_t k = 0; k < K; ++k) d[k] = s[k / w.block] * Q8::at(w.data, j * w.ld + k);
+        const void* s = weight_scale_row(w, j);
+        for (int64_t k = 0; k < K; ++k)
+          d[k] = scale_at(s, w.scale_type == ElemType::f16, k / w.block) * Q8::at(w.data, j * w.ld + k);
         break;
       }
       case WeightFormat::q4: break;  // unpacked to q8 by the caller
@@ -321,7 +330,7 @@ WeightRef as_q8(const WeightRef& w, int64_t j0, int64_t rows, const int8_t* buf)
   u.data = buf;
   u.n = rows;
   u.ld = w.k;
-  u.scales = w.scales + j0 * (w.k / w.block);
+  u.scales = weight_scale_row(w, j0);
   return u;
 }
 

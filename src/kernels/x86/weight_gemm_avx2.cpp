@@ -38,6 +38,11 @@ namespace milrt::kernels {
 
 namespace {
 
+// Scale b of a row's scales (weight_scale_row), fp16 widened by F16C.
+MILRT_AVX2 inline float scale_at(const void* row, bool f16, int64_t b) {
+  return f16 ? _cvtsh_ss(static_cast<const uint16_t*>(row)[b]) : static_cast<const float*>(row)[b];
+}
+
 template <WeightFormat F>
 constexpr size_t kElemBytes = F == WeightFormat::f32 ? 4 : F == WeightFormat::q8 ? 1 : 2;
 
@@ -143,10 +148,11 @@ MILRT_AVX2 void rows_q8(const WeightRef& w, int64_t j, const float* a, int64_t l
                         int64_t col) {
   const int64_t K = w.k, block = w.block, nb = K / block;
   const int8_t* row[R];
-  const float* sc[R];
+  const void* sc[R];
+  const bool f16 = w.scale_type == ElemType::f16;
   for (int r = 0; r < R; ++r) {
     row[r] = static_cast<const int8_t*>(w.data) + (j + r) * w.ld;
-    sc[r] = w.scales + (j + r) * nb;
+    sc[r] = weight_scale_row(w, j + r);
   }
   __m256 acc[R][M];
   for (int r = 0; r < R; ++r)
@@ -165,7 +171,7 @@ MILRT_AVX2 void rows_q8(const WeightRef& w, int64_t j, const float* a, int64_t l
       }
     }
     for (int r = 0; r < R; ++r) {
-      const __m256 s = _mm256_set1_ps(sc[r][b]);
+      const __m256 s = _mm256_set1_ps(scale_at(sc[r], f16, b));
       for (int m = 0; m < M; ++m) acc[r][m] = _mm256_fmadd_ps(bd[r][m], s, acc[r][m]);
     }
   }
@@ -214,13 +220,14 @@ MILRT_AVX2 void widen_f(const WeightRef& w, int64_t j0, int64_t j1, float* dst) 
     float* d = dst + (j - j0) * K;
     if constexpr (F == WeightFormat::q8) {
       // scale·q rounded once, as the portable loop does: the same bits.
-      const float* sc = w.scales + j * (K / w.block);
+      const void* sc = weight_scale_row(w, j);
+      const bool f16 = w.scale_type == ElemType::f16;
       if (w.block % 8 == 0) {
         for (int64_t k = 0; k < K; k += 8)
-          _mm256_storeu_ps(d + k, _mm256_mul_ps(load8<F>(row, k), _mm256_set1_ps(sc[k / w.block])));
+          _mm256_storeu_ps(d + k, _mm256_mul_ps(load8<F>(row, k), _mm256_set1_ps(scale_at(sc, f16, k / w.block))));
       } else {
         const int8_t* q = static_cast<const int8_t*>(row);
-        for (int64_t k = 0; k < K; ++k) d[k] = sc[k / w.block] * float(q[k]);
+        for (int64_t k = 0; k < K; ++k) d[k] = scale_at(sc, f16, k / w.block) * float(q[k]);
       }
     } else {
       int64_t k = 0;
@@ -252,6 +259,8 @@ struct Int8Row {
   const int8_t* w;    // the weight row
   const int8_t* qa;   // A's quantized rows, ldq apart, zero from k on
   int64_t ldq, k, block;
+  const void* sc;     // the row's block scales (weight_scale_row)
+  bool f16;           // ... as fp16
 };
 
 // Bytes ahead of the chunks being read that are requested early, into L2
@@ -321,14 +330,24 @@ MILRT_AVX2 MILRT_INLINE inline void block_sums(const Int8Row& r, int64_t b0, __m
 // vpermps when Nb < 8; the lanes of a block are added in the accumulator).
 // Masked: the group ends in a part of a chunk.
 template <int Nb, int Base, int M, bool Masked>
-MILRT_AVX2 MILRT_INLINE inline void int8_group(const Int8Row& r, const float* sc, int64_t b0, int64_t count,
-                                               const float* sa, int64_t lds, __m256* acc) {
+MILRT_AVX2 MILRT_INLINE inline void int8_group(const Int8Row& r, int64_t b0, int64_t count, const float* sa,
+                                               int64_t lds, __m256* acc) {
   __m256i sums[M];
   block_sums<Nb, Base, M, Masked>(r, b0, sums);
   constexpr bool whole = Nb == 8 && !Masked;
   const __m256i have = tail_mask(count);
   // Whole groups read 8 scales in bounds (A's are padded to a multiple of 16).
-  const __m256 ws = whole ? _mm256_loadu_ps(sc + b0) : _mm256_maskload_ps(sc + b0, have);
+  __m256 ws;
+  if (r.f16) {
+    // No 16-bit masked load in AVX2: a part group goes through a zeroed copy.
+    const auto* s16 = static_cast<const uint16_t*>(r.sc) + b0;
+    alignas(16) uint16_t part[8] = {};
+    if (!whole) std::memcpy(part, s16, size_t(std::min<int64_t>(count, 8)) * 2);
+    ws = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(whole ? s16 : part)));
+  } else {
+    const auto* s32 = static_cast<const float*>(r.sc) + b0;
+    ws = whole ? _mm256_loadu_ps(s32) : _mm256_maskload_ps(s32, have);
+  }
 #pragma GCC unroll 16
   for (int m = 0; m < M; ++m) {
     const __m256 as = whole ? _mm256_loadu_ps(sa + m * lds + b0) : _mm256_maskload_ps(sa + m * lds + b0, have);
@@ -343,15 +362,15 @@ MILRT_AVX2 MILRT_INLINE inline void int8_group(const Int8Row& r, const float* sc
 // The row's last nb - b0 < 8 blocks: halves of a group while whole chunks
 // remain, then a masked chunk for the blocks that only fill part of one.
 template <int Base, int M>
-MILRT_AVX2 MILRT_INLINE inline void int8_tail(const Int8Row& r, const float* sc, int64_t nb, int64_t b0,
-                                              const float* sa, int64_t lds, __m256* acc) {
+MILRT_AVX2 MILRT_INLINE inline void int8_tail(const Int8Row& r, int64_t nb, int64_t b0, const float* sa,
+                                              int64_t lds, __m256* acc) {
   if constexpr (Base <= 4)
-    if (nb - b0 >= 4) int8_group<4, Base, M, false>(r, sc, b0, 4, sa, lds, acc), b0 += 4;
+    if (nb - b0 >= 4) int8_group<4, Base, M, false>(r, b0, 4, sa, lds, acc), b0 += 4;
   if constexpr (Base <= 2)
-    if (nb - b0 >= 2) int8_group<2, Base, M, false>(r, sc, b0, 2, sa, lds, acc), b0 += 2;
+    if (nb - b0 >= 2) int8_group<2, Base, M, false>(r, b0, 2, sa, lds, acc), b0 += 2;
   if constexpr (Base == 1)
-    if (nb - b0 >= 1) int8_group<1, Base, M, false>(r, sc, b0, 1, sa, lds, acc), b0 += 1;
-  if (b0 < nb) int8_group<Base, Base, M, true>(r, sc, b0, nb - b0, sa, lds, acc);
+    if (nb - b0 >= 1) int8_group<1, Base, M, false>(r, b0, 1, sa, lds, acc), b0 += 1;
+  if (b0 < nb) int8_group<Base, Base, M, true>(r, b0, nb - b0, sa, lds, acc);
 }
 
 // R weight rows from j, each against the M rows of A, interleaved (their
@@ -361,22 +380,21 @@ MILRT_AVX2 MILRT_INLINE inline void int8_rows_r(const WeightRef& w, int64_t j, c
                                                 const float* sa, int64_t lds, float* out, int64_t ldo, int64_t col) {
   const int64_t K = w.k, nb = K / w.block;
   Int8Row r[R];
-  const float* sc[R];
   __m256 acc[R][M];
 #pragma GCC unroll 16
   for (int i = 0; i < R; ++i) {
-    r[i] = Int8Row{static_cast<const int8_t*>(w.data) + (j + i) * w.ld, qa, ldq, K, w.block};
-    sc[i] = w.scales + (j + i) * nb;
+    r[i] = Int8Row{static_cast<const int8_t*>(w.data) + (j + i) * w.ld, qa, ldq, K, w.block,
+                   weight_scale_row(w, j + i), w.scale_type == ElemType::f16};
 #pragma GCC unroll 16
     for (int m = 0; m < M; ++m) acc[i][m] = _mm256_setzero_ps();
   }
   int64_t b0 = 0;
   for (; b0 + 8 <= nb; b0 += 8)
 #pragma GCC unroll 16
-    for (int i = 0; i < R; ++i) int8_group<8, Base, M, false>(r[i], sc[i], b0, 8, sa, lds, acc[i]);
+    for (int i = 0; i < R; ++i) int8_group<8, Base, M, false>(r[i], b0, 8, sa, lds, acc[i]);
   if (b0 < nb)
 #pragma GCC unroll 16
-    for (int i = 0; i < R; ++i) int8_tail<Base, M>(r[i], sc[i], nb, b0, sa, lds, acc[i]);
+    for (int i = 0; i < R; ++i) int8_tail<Base, M>(r[i], nb, b0, sa, lds, acc[i]);
 #pragma GCC unroll 16
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 16

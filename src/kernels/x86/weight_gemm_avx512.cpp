@@ -67,6 +67,11 @@ MILRT_AVX512 inline __mmask16 tail_mask(int64_t left) {
   return left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
 }
 
+// Scale b of a row's scales (weight_scale_row), fp16 widened by F16C.
+MILRT_AVX512 inline float scale_at(const void* row, bool f16, int64_t b) {
+  return f16 ? _cvtsh_ss(static_cast<const uint16_t*>(row)[b]) : static_cast<const float*>(row)[b];
+}
+
 // R weight rows from row j against M rows of A, two 16-lane accumulators per
 // (row, A row): element k goes to lane k % 16 of accumulator (k / 16) % 2; the
 // tail of K is masked into the first. R·M·2 accumulators stay in registers.
@@ -116,10 +121,11 @@ MILRT_AVX512 void rows_q8(const WeightRef& w, int64_t j, const float* a, int64_t
                           int64_t col) {
   const int64_t K = w.k, block = w.block, nb = K / block;
   const int8_t* row[R];
-  const float* sc[R];
+  const void* sc[R];
+  const bool f16 = w.scale_type == ElemType::f16;
   for (int r = 0; r < R; ++r) {
     row[r] = static_cast<const int8_t*>(w.data) + (j + r) * w.ld;
-    sc[r] = w.scales + (j + r) * nb;
+    sc[r] = weight_scale_row(w, j + r);
   }
   __m512 acc[R][M];
   for (int r = 0; r < R; ++r)
@@ -137,7 +143,7 @@ MILRT_AVX512 void rows_q8(const WeightRef& w, int64_t j, const float* a, int64_t
       }
     }
     for (int r = 0; r < R; ++r) {
-      const __m512 s = _mm512_set1_ps(sc[r][b]);
+      const __m512 s = _mm512_set1_ps(scale_at(sc[r], f16, b));
       for (int m = 0; m < M; ++m) acc[r][m] = _mm512_fmadd_ps(bd[r][m], s, acc[r][m]);
     }
   }
@@ -182,13 +188,14 @@ MILRT_AVX512 void widen_f(const WeightRef& w, int64_t j0, int64_t j1, float* dst
     const void* row = static_cast<const std::byte*>(w.data) + size_t(j) * size_t(w.ld) * kElemBytes<F>;
     float* d = dst + (j - j0) * K;
     if constexpr (F == WeightFormat::q8) {
-      const float* sc = w.scales + j * (K / w.block);
+      const void* sc = weight_scale_row(w, j);
+      const bool f16 = w.scale_type == ElemType::f16;
       if (w.block % 16 == 0) {
         for (int64_t k = 0; k < K; k += 16)
-          _mm512_storeu_ps(d + k, _mm512_mul_ps(load16<F>(row, k), _mm512_set1_ps(sc[k / w.block])));
+          _mm512_storeu_ps(d + k, _mm512_mul_ps(load16<F>(row, k), _mm512_set1_ps(scale_at(sc, f16, k / w.block))));
       } else {
         const int8_t* q = static_cast<const int8_t*>(row);
-        for (int64_t k = 0; k < K; ++k) d[k] = sc[k / w.block] * float(q[k]);
+        for (int64_t k = 0; k < K; ++k) d[k] = scale_at(sc, f16, k / w.block) * float(q[k]);
       }
     } else {
       for (int64_t k = 0; k < K; k += 16) {
@@ -226,6 +233,8 @@ struct Int8Row {
   const int8_t* qa;   // A's quantized rows, ldq apart
   int64_t ldq, k, block;
   bool q4;            // w holds q4 nibbles, two a byte
+  const void* sc;     // the row's block scales (weight_scale_row)
+  bool f16;           // ... as fp16
 };
 
 MILRT_AVX512_VNNI MILRT_INLINE inline __mmask64 byte_mask(int64_t left) {
@@ -349,14 +358,19 @@ MILRT_AVX512_VNNI MILRT_INLINE inline __m512i in_block_order(__m512i v) {
 // `count` of them exist, the rest add zero) into acc[m]. Not a lambda: it
 // would not inherit the target attribute.
 template <int Nb, int Base, int M, bool Masked>
-MILRT_AVX512_VNNI MILRT_INLINE inline void int8_group(const Int8Row& r, const float* sc, int64_t b0, int64_t count,
-                                                      const float* sa, const int32_t* sq, int64_t lds, __m512* acc) {
+MILRT_AVX512_VNNI MILRT_INLINE inline void int8_group(const Int8Row& r, int64_t b0, int64_t count, const float* sa,
+                                                      const int32_t* sq, int64_t lds, __m512* acc) {
   __m512i sums[M];
   block_sums<Nb, Base, M, Masked>(r, b0, sums);
   const __mmask16 have = count >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << count) - 1);
   // Whole groups read 16 scales in bounds (A's are padded to a multiple of 16).
   constexpr bool whole = Nb == 16 && !Masked;
-  const __m512 ws = whole ? _mm512_loadu_ps(sc + b0) : _mm512_maskz_loadu_ps(have, sc + b0);
+  const auto* s16 = static_cast<const uint16_t*>(r.sc) + b0;
+  const auto* s32 = static_cast<const float*>(r.sc) + b0;
+  const __m512 ws =
+      r.f16 ? _mm512_cvtph_ps(whole ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s16))
+                                    : _mm256_maskz_loadu_epi16(have, s16))
+            : whole ? _mm512_loadu_ps(s32) : _mm512_maskz_loadu_ps(have, s32);
 #pragma GCC unroll 16
   for (int m = 0; m < M; ++m) {
     const int64_t o = m * lds + b0;
@@ -370,17 +384,17 @@ MILRT_AVX512_VNNI MILRT_INLINE inline void int8_group(const Int8Row& r, const fl
 // The row's last nb - b0 < 16 blocks: halves of a group while whole chunks
 // remain, then a masked chunk for the blocks that only fill part of one.
 template <int Base, int M>
-MILRT_AVX512_VNNI MILRT_INLINE inline void int8_tail(const Int8Row& r, const float* sc, int64_t nb, int64_t b0,
-                                                     const float* sa, const int32_t* sq, int64_t lds, __m512* acc) {
+MILRT_AVX512_VNNI MILRT_INLINE inline void int8_tail(const Int8Row& r, int64_t nb, int64_t b0, const float* sa,
+                                                     const int32_t* sq, int64_t lds, __m512* acc) {
   if constexpr (Base <= 8)
-    if (nb - b0 >= 8) int8_group<8, Base, M, false>(r, sc, b0, 8, sa, sq, lds, acc), b0 += 8;
+    if (nb - b0 >= 8) int8_group<8, Base, M, false>(r, b0, 8, sa, sq, lds, acc), b0 += 8;
   if constexpr (Base <= 4)
-    if (nb - b0 >= 4) int8_group<4, Base, M, false>(r, sc, b0, 4, sa, sq, lds, acc), b0 += 4;
+    if (nb - b0 >= 4) int8_group<4, Base, M, false>(r, b0, 4, sa, sq, lds, acc), b0 += 4;
   if constexpr (Base <= 2)
-    if (nb - b0 >= 2) int8_group<2, Base, M, false>(r, sc, b0, 2, sa, sq, lds, acc), b0 += 2;
+    if (nb - b0 >= 2) int8_group<2, Base, M, false>(r, b0, 2, sa, sq, lds, acc), b0 += 2;
   if constexpr (Base == 1)
-    if (nb - b0 >= 1) int8_group<1, Base, M, false>(r, sc, b0, 1, sa, sq, lds, acc), b0 += 1;
-  if (b0 < nb) int8_group<Base, Base, M, true>(r, sc, b0, nb - b0, sa, sq, lds, acc);
+    if (nb - b0 >= 1) int8_group<1, Base, M, false>(r, b0, 1, sa, sq, lds, acc), b0 += 1;
+  if (b0 < nb) int8_group<Base, Base, M, true>(r, b0, nb - b0, sa, sq, lds, acc);
 }
 
 // R weight rows from j, each against the M rows of A. Their dependency
@@ -393,23 +407,22 @@ MILRT_AVX512_VNNI MILRT_INLINE inline void int8_rows_r(const WeightRef& w, int64
                                                        int64_t ldo, int64_t col) {
   const int64_t K = w.k, nb = K / w.block;
   Int8Row r[R];
-  const float* sc[R];
   __m512 acc[R][M];
 #pragma GCC unroll 16
   for (int i = 0; i < R; ++i) {
     const bool q4 = w.format == WeightFormat::q4;
-    r[i] = Int8Row{static_cast<const int8_t*>(w.data) + (j + i) * (q4 ? w.ld / 2 : w.ld), qa, ldq, K, w.block, q4};
-    sc[i] = w.scales + (j + i) * nb;
+    r[i] = Int8Row{static_cast<const int8_t*>(w.data) + (j + i) * (q4 ? w.ld / 2 : w.ld), qa, ldq, K, w.block, q4,
+                   weight_scale_row(w, j + i), w.scale_type == ElemType::f16};
 #pragma GCC unroll 16
     for (int m = 0; m < M; ++m) acc[i][m] = _mm512_setzero_ps();
   }
   int64_t b0 = 0;
   for (; b0 + 16 <= nb; b0 += 16)
 #pragma GCC unroll 16
-    for (int i = 0; i < R; ++i) int8_group<16, Base, M, false>(r[i], sc[i], b0, 16, sa, sq, lds, acc[i]);
+    for (int i = 0; i < R; ++i) int8_group<16, Base, M, false>(r[i], b0, 16, sa, sq, lds, acc[i]);
   if (b0 < nb)
 #pragma GCC unroll 16
-    for (int i = 0; i < R; ++i) int8_tail<Base, M>(r[i], sc[i], nb, b0, sa, sq, lds, acc[i]);
+    for (int i = 0; i < R; ++i) int8_tail<Base, M>(r[i], nb, b0, sa, sq, lds, acc[i]);
 #pragma GCC unroll 16
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 16

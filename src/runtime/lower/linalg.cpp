@@ -84,11 +84,13 @@ GemmShape gemm_shape(const Op& op, Shape xs, Shape ys, bool tx, bool ty) {
 
 // The compact weight a step reads: the constant's own tensor (kept alive
 // here) or, for int4 (held one value a byte), its values packed two a byte
-// once, here; for int8 and int4 also the scales converted to fp32 once.
+// once, here; for int8 and int4 also the scales: fp16 or fp32 as stored (the
+// kernels widen fp16 ones as they read them: 2 bytes a block instead of 4),
+// other dtypes converted to fp32 once.
 struct CompactWeight {
   Tensor data;
   std::vector<uint8_t> packed;
-  std::vector<float> scales;
+  Tensor scales;
   kernels::WeightRef ref;
   std::string name;   // for the kernel name: "bf16 weights", "int8 weights/32"
   double bytes = 0;
@@ -118,21 +120,23 @@ std::shared_ptr<CompactWeight> quantized_weight(const Op& op, LowerCtx& ctx, con
                            shape_str(w->shape()));
   auto cw = std::make_shared<CompactWeight>();
   if (!int4) cw->data = *w;  // int4 reads only its packed copy: no reference to the one-byte-a-value tensor
-  const Tensor s32 = s->dtype() == DType::FP32 ? *s : s->cast(DType::FP32);
-  cw->scales.assign(s32.ptr<float>(), s32.ptr<float>() + s32.numel());
+  const bool f16 = s->dtype() == DType::FP16;
+  cw->scales = f16 || s->dtype() == DType::FP32 ? *s : s->cast(DType::FP32);
+  const kernels::ElemType scale_type = f16 ? kernels::ElemType::f16 : kernels::ElemType::f32;
+  const double scale_bytes = double(dtype_size(cw->scales.dtype())) * double(s->numel());
   const int64_t n = w->shape()[0], k = w->shape()[1], block = k / s->shape()[1];
   if (int4) {
     if (block % 2 != 0)
       throw_op_error(op, "an int4 weight needs an even block (two values a byte), got " + std::to_string(block));
     cw->packed = pack_int4(op, *w);
-    cw->ref = {kernels::WeightFormat::q4, cw->packed.data(), n, k, k, cw->scales.data(), block};
+    cw->ref = {kernels::WeightFormat::q4, cw->packed.data(), n, k, k, cw->scales.data(), block, scale_type};
     cw->name = "int4 weights/" + std::to_string(block);
-    cw->bytes = 0.5 * double(w->numel()) + 4.0 * double(s->numel());
+    cw->bytes = 0.5 * double(w->numel()) + scale_bytes;
     return cw;
   }
-  cw->ref = {kernels::WeightFormat::q8, cw->data.data(), n, k, k, cw->scales.data(), block};
+  cw->ref = {kernels::WeightFormat::q8, cw->data.data(), n, k, k, cw->scales.data(), block, scale_type};
   cw->name = "int8 weights/" + std::to_string(block);
-  cw->bytes = double(w->numel()) + 4.0 * double(s->numel());
+  cw->bytes = double(w->numel()) + scale_bytes;
   return cw;
 }
 
