@@ -11,12 +11,17 @@
 //    dequantized weight to fp16 (2^-11 relative) and the plan does not:
 //    <= 64·2^-11 = 0.031, then both round the result to fp16 (one ulp apart
 //    at most, 2^-5 below 64): bound 0.07.
+//  - int8, fp16 scales in an fp32 program (the fp16 weight cast to fp32 for
+//    the fp32 matmul; the decoder's default): the same 0.031 from the
+//    weights' fp16 rounding, an fp32 result: bound 0.04.
 //  - bf16 weights, fp32 matmul precision: the weights are exact in both, only
 //    fp32 accumulation differs: bound 2e-4.
 //  - bf16 matmul precision: x is rounded to bf16 too (2^-9 relative) on the
 //    packed path: <= 64·2^-9 = 0.125 worst case, bound 0.13.
 // Measured values are printed.
 #include <cstdio>
+#include <map>
+#include <optional>
 
 #include "llm/checkpoint.h"
 #include "llm/llama_config.h"
@@ -31,17 +36,21 @@ namespace {
 constexpr int64_t kN = 24, kK = 64;
 
 // z = matmul(x [rows, K], dequant(int8 [N, K], scale [N, K/block])ᵀ) (+ b),
-// in a program of the scales' dtype (matmul takes one dtype for both operands).
-Program int8_program(int64_t rows, int64_t block, DType sdt, bool bias, uint64_t seed) {
-  const std::string dt(dtype_name(sdt));
+// in a program of dtype `xdt` (default: the scales' dtype; fp32 with fp16
+// scales: the fp16 weight cast to fp32 for the fp32 matmul, the decoder's form).
+Program int8_program(int64_t rows, int64_t block, DType sdt, bool bias, uint64_t seed,
+                     std::optional<DType> xdt = std::nullopt) {
+  const std::string dt(dtype_name(xdt.value_or(sdt)));
   const std::string zt = "tensor<" + dt + ", [" + std::to_string(rows) + ", " + std::to_string(kN) + "]>";
+  const bool widen = xdt.value_or(sdt) != sdt;
   std::string body = const_stmt("d", random(DType::Int8, {kN, kK}, seed, -127, 127)) +
                      const_stmt("s", random(sdt, {kN, kK / block}, seed + 1, 0, 1.0 / 127)) +
-                     stmt("tensor<" + std::string(dtype_name(sdt)) + ", [24, 64]>", "w",
-                          "constexpr_blockwise_shift_scale(data = d, scale = s)") +
-                     stmt(zt, bias ? "mm" : "z", "matmul(x = x, y = w, transpose_x = bool(false), transpose_y = bool(true))");
+                     stmt("tensor<" + std::string(dtype_name(sdt)) + ", [24, 64]>", widen ? "w_s" : "w",
+                          "constexpr_blockwise_shift_scale(data = d, scale = s)");
+  if (widen) body += stmt("tensor<" + dt + ", [24, 64]>", "w", "cast(x = w_s, dtype = string(\"" + dt + "\"))");
+  body += stmt(zt, bias ? "mm" : "z", "matmul(x = x, y = w, transpose_x = bool(false), transpose_y = bool(true))");
   if (bias)
-    body += const_stmt("b", random(sdt, {kN}, seed + 2)) + stmt(zt, "z", "add(x = mm, y = b)");
+    body += const_stmt("b", random(xdt.value_or(sdt), {kN}, seed + 2)) + stmt(zt, "z", "add(x = mm, y = b)");
   return parse_program("tensor<" + dt + ", [" + std::to_string(rows) + ", 64]> x", body, "z");
 }
 
@@ -66,26 +75,37 @@ std::vector<std::string> kernels_of(const std::vector<Plan::StepInfo>& steps) {
 }
 
 TEST(CompiledWeightFormats, Int8BlockScalesMatchTheReference) {
-  double worst32 = 0, worst16 = 0;
+  double worst32 = 0, worst16 = 0, worst16_in32 = 0;
+  struct Form {
+    DType sdt, xdt;
+    double bound;
+    double* worst;
+  };
+  const Form forms[] = {{DType::FP32, DType::FP32, 2e-4, &worst32},
+                        {DType::FP16, DType::FP16, 0.07, &worst16},
+                        {DType::FP16, DType::FP32, 0.04, &worst16_in32}};
   for (int64_t rows : {1, 3, 7})
     for (int64_t block : {1, 4, 32})
-      for (DType sdt : {DType::FP32, DType::FP16}) {
+      for (const Form& f : forms) {
         const std::string what = "rows " + std::to_string(rows) + ", block " + std::to_string(block) + ", " +
-                                 std::string(dtype_name(sdt)) + " scales";
+                                 std::string(dtype_name(f.sdt)) + " scales, " + std::string(dtype_name(f.xdt)) +
+                                 " program";
         SCOPED_TRACE(what);
         std::vector<Plan::StepInfo> steps;
-        const Deviation d =
-            plan_vs_reference(int8_program(rows, block, sdt, false, uint64_t(rows * 100 + block)),
-                              sdt == DType::FP32 ? 2e-4 : 0.07, what, &steps);
-        (sdt == DType::FP32 ? worst32 : worst16) = std::max(sdt == DType::FP32 ? worst32 : worst16, d.abs);
+        const Deviation d = plan_vs_reference(
+            int8_program(rows, block, f.sdt, false, uint64_t(rows * 100 + block), f.xdt), f.bound, what, &steps);
+        *f.worst = std::max(*f.worst, d.abs);
+        // One step reading the int8 data and the scales as stored: no dequantized matrix anywhere.
         ASSERT_EQ(steps.size(), 1u);
         EXPECT_EQ(steps[0].kernel, "gemm[int8 weights/" + std::to_string(block) + "]");
         EXPECT_EQ(steps[0].ops, std::vector<std::string>{"z"});
-        // The weight's bytes: one per element plus a 4-byte scale per block.
-        const double weight = double(kN * kK) * (1.0 + 4.0 / double(block));
+        // The weight's bytes: one per element plus a scale as stored (4 or 2 bytes) per block.
+        const double weight = double(kN * kK) * (1.0 + double(dtype_size(f.sdt)) / double(block));
         EXPECT_DOUBLE_EQ(steps[0].bytes, 4.0 * double(rows * (kK + kN)) + weight);
       }
-  std::printf("[weight formats] int8 plan vs reference: fp32 scales %g, fp16 scales %g\n", worst32, worst16);
+  std::printf("[weight formats] int8 plan vs reference: fp32 scales %g, fp16 scales %g, fp16 scales in an fp32 "
+              "program %g\n",
+              worst32, worst16, worst16_in32);
 }
 
 // Under matmul_precision bf16, a quantized product of more rows than
@@ -232,8 +252,11 @@ double bytes_of(const std::vector<Plan::StepInfo>& steps) {
 // The decoder's logits and caches agree with the reference executor on the
 // same program: its matmuls read the same weights (int8 dequantized, bf16
 // widened), the plan accumulates in fp32 and the reference in fp64 (rounding
-// each op to fp32): 2e-3 absolute on logits of magnitude ~1 over 2 layers,
-// measured values printed.
+// each op to fp32; with fp16 scales, each dequantized weight to fp16 as
+// Core ML defines the op, where the plan multiplies by the exact q·s: ~2e-4
+// measured, 1e-7 with fp32 scales): 2e-3 absolute on logits of magnitude ~1
+// over 2 layers, measured values printed. fp16 scales read 2 bytes a block
+// fewer than fp32 ones.
 TEST(CompiledWeightFormats, LlamaDecoderKeepsWeightsCompact) {
   const llm::LlamaWeights w = llm::init_llama_weights(*llm::llama_preset("tiny"), 1);
   const size_t products = size_t(7 * w.cfg.layers + 1);
@@ -246,18 +269,28 @@ TEST(CompiledWeightFormats, LlamaDecoderKeepsWeightsCompact) {
     std::string kernel;   // every weight product's kernel starts so ...
     std::string logits;   // ... but the classifier's (one row: the last token's)
     double byte_ratio;    // weight steps' bytes vs the fp32 plan's, at most
+    DType scales = DType::FP16;  // int8, int4
   };
   const Case cases[] = {
       {llm::WeightStorage::int8, 1, "gemm[int8 weights/4]", "gemm[int8 weights/4]", 0.6},
+      {llm::WeightStorage::int8, 1, "gemm[int8 weights/4]", "gemm[int8 weights/4]", 0.6, DType::FP32},
+      {llm::WeightStorage::int4, 1, "gemm[int4 weights/4]", "gemm[int4 weights/4]", 0.4},
       {llm::WeightStorage::bf16, 1, "gemm[bf16 weights]", "gemm[bf16 weights]", 0.6},
       {llm::WeightStorage::int8, 5, "gemm[int8 weights/4]", "gemm[int8 weights/4]", 0.0},
+      {llm::WeightStorage::int4, 5, "gemm[int4 weights/4]", "gemm[int4 weights/4]", 0.0, DType::FP32},
       {llm::WeightStorage::bf16, 5, "gemm[B packed]", "gemm[bf16 weights]", 0.0},
   };
+  // The weight steps' bytes of int8 T = 1 with each scale dtype: fp16 reads 2 bytes a block fewer.
+  std::map<DType, double> int8_bytes;
   for (const Case& c : cases) {
-    const std::string what = std::string(llm::weight_storage_name(c.storage)) + ", T = " + std::to_string(c.T);
+    const std::string what = std::string(llm::weight_storage_name(c.storage)) + ", T = " + std::to_string(c.T) +
+                             (c.storage == llm::WeightStorage::int8 || c.storage == llm::WeightStorage::int4
+                                  ? ", " + std::string(dtype_name(c.scales)) + " scales"
+                                  : "");
     SCOPED_TRACE(what);
-    const DecoderRun r = run_decoder(w, c.T, {c.storage, 4});
+    const DecoderRun r = run_decoder(w, c.T, {c.storage, 4, DType::FP32, c.scales});
     const std::vector<Plan::StepInfo> ws = weight_steps(r.steps);
+    if (c.storage == llm::WeightStorage::int8 && c.T == 1) int8_bytes[c.scales] = bytes_of(ws);
     ASSERT_EQ(ws.size(), products);
     for (auto& s : ws)
       EXPECT_EQ(s.kernel.rfind(s.ops.back() == "logits" ? c.logits : c.kernel, 0), 0u) << s.kernel << " for "
@@ -269,6 +302,10 @@ TEST(CompiledWeightFormats, LlamaDecoderKeepsWeightsCompact) {
                 what.c_str(), ws.size(), ws[0].kernel.c_str(), bytes_of(ws), bytes_of(f32_steps), r.max_err,
                 r.max_ref);
   }
+  const llm::LlamaConfig& g = w.cfg;
+  const int64_t matrix =
+      g.layers * (2 * g.dim * g.dim + 2 * g.kv_dim() * g.dim + 3 * g.hidden * g.dim) + g.vocab * g.dim;
+  EXPECT_DOUBLE_EQ(int8_bytes.at(DType::FP32) - int8_bytes.at(DType::FP16), 2.0 * double(matrix / 4));
 }
 
 }  // namespace

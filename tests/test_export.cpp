@@ -437,10 +437,13 @@ const std::map<std::string, std::pair<uint32_t, int>> kCodes = {
     }                                                                                                   \
   } while (0)
 
-void expect_bundle_bytes(const std::string& storage, int64_t block) {
+// int8: `scales` is --scales (fp16, the default, or fp32).
+void expect_bundle_bytes(const std::string& storage, int64_t block, const std::string& scales = "fp16") {
   const std::string ckpt = checkpoint("tiny", true);
   SKIP_UNLESS_BUILDS(storage, ckpt);
-  const std::string bundle = export_bundle(ckpt, {"--weights", storage, "--block", std::to_string(block)});
+  std::vector<std::string> args = {"--weights", storage, "--block", std::to_string(block)};
+  if (storage == "int8") args.insert(args.end(), {"--scales", scales});
+  const std::string bundle = export_bundle(ckpt, args);
   const std::string mil = read_bytes(bundle + "/model.mil");
   const std::string bin = read_bytes(bundle + "/weights/weight.bin");
   const std::map<uint64_t, Record> recs = walk_weight_bin(bin);
@@ -485,8 +488,11 @@ void expect_bundle_bytes(const std::string& storage, int64_t block) {
     EXPECT_EQ(by_dtype["bf16"], 7 * L + 1);
   } else if (storage == "int8") {
     // coremlc's iOS18 form: constexpr_blockwise_shift_scale with inline int8
-    // data and fp32 scale literals, no const ops in between.
-    const std::regex op(R"(tensor<fp32, \[(\d+), (\d+)\]> (\w+) = constexpr_blockwise_shift_scale\(data = tensor<int8, \[(\d+), (\d+)\]>\(BLOBFILE\(path = string\("[^"]*"\), offset = uint64\(\d+\)\)\), scale = tensor<fp32, \[(\d+), (\d+)\]>\(BLOBFILE)");
+    // data and scale literals, no const ops in between. Its output has the
+    // scale's dtype (coremltools' definition): with fp16 scales an fp16
+    // weight, cast to fp32 for the fp32 matmul.
+    const std::string sd = scales, out = scales == "fp16" ? "_fp16" : "";
+    const std::regex op("tensor<" + sd + R"(, \[(\d+), (\d+)\]> (\w+) = constexpr_blockwise_shift_scale\(data = tensor<int8, \[(\d+), (\d+)\]>\(BLOBFILE\(path = string\("[^"]*"\), offset = uint64\(\d+\)\)\), scale = tensor<)" + sd + R"(, \[(\d+), (\d+)\]>\(BLOBFILE)");
     int ops = 0;
     for (auto it = std::sregex_iterator(mil.begin(), mil.end(), op); it != std::sregex_iterator(); ++it, ++ops) {
       const auto& m = *it;
@@ -494,13 +500,22 @@ void expect_bundle_bytes(const std::string& storage, int64_t block) {
       EXPECT_EQ(m[2].str(), m[5].str());
       EXPECT_EQ(m[1].str(), m[6].str()) << m[3];
       EXPECT_EQ(std::stoll(m[2].str()), std::stoll(m[7].str()) * block) << m[3];
+      if (!out.empty()) {
+        const std::string w = m[3].str().substr(0, m[3].str().size() - out.size());
+        EXPECT_NE(mil.find("tensor<fp32, [" + m[1].str() + ", " + m[2].str() + "]> " + w + " = cast(x = " + m[3].str() +
+                           ", dtype = string(\"fp32\"))"),
+                  std::string::npos)
+            << "no fp32 cast of " << m[3];
+      }
     }
     EXPECT_EQ(ops, 7 * L + 1);
     EXPECT_EQ(by_dtype["int8"], 7 * L + 1);
+    if (sd == "fp16") EXPECT_EQ(by_dtype["fp16"], 7 * L + 1) << "the scales";
     EXPECT_EQ(mil.find("_q8 = const"), std::string::npos) << "constexpr inputs should be inline literals";
-    const llm::BlockQuantized q = llm::quantize_int8_blockwise(wq, block);
-    EXPECT_TRUE(bytes_equal(record_of(" l0_wq = constexpr_blockwise_shift_scale\\(data"), q.data));
-    EXPECT_TRUE(bytes_equal(record_of(" l0_wq = constexpr_blockwise_shift_scale\\(data = [^\\n]*?scale"), q.scale));
+    const llm::BlockQuantized q = llm::quantize_int8_blockwise(wq, block, llm::parse_scale_dtype(sd));
+    const std::string name = " l0_wq" + out + " = constexpr_blockwise_shift_scale\\(data";
+    EXPECT_TRUE(bytes_equal(record_of(name), q.data));
+    EXPECT_TRUE(bytes_equal(record_of(name + " = [^\\n]*?scale"), q.scale));
   }
   std::printf("[ info ] %s bundle: %zu records, weight.bin %zu bytes, model.mil %zu bytes\n", storage.c_str(),
               recs.size(), bin.size(), mil.size());
@@ -510,6 +525,7 @@ TEST(ExportBundle, Fp32WeightBinFollowsTheFormat) { expect_bundle_bytes("fp32", 
 TEST(ExportBundle, Fp16WeightBinFollowsTheFormat) { expect_bundle_bytes("fp16", 32); }
 TEST(ExportBundle, Bf16WeightBinFollowsTheFormat) { expect_bundle_bytes("bf16", 32); }
 TEST(ExportBundle, Int8WeightBinFollowsTheFormat) { expect_bundle_bytes("int8", 4); }
+TEST(ExportBundle, Int8Fp32ScalesWeightBinFollowsTheFormat) { expect_bundle_bytes("int8", 4, "fp32"); }
 
 // model.mil is the program(1.3) dialect with an ios18 main whose caches are
 // state<tensor<fp32, [1, kv_heads, seq, head_dim]>> parameters after tokens

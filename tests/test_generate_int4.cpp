@@ -17,6 +17,7 @@
 #include "llm/llama_decoder.h"
 #include "llm/quantize.h"
 #include "milrt/error.h"
+#include "support/half_fp64.h"
 #include "support/logit_compare.h"
 #include "support/random_checkpoint.h"
 #include "support/test_util.h"
@@ -104,25 +105,27 @@ TEST(GenerateInt4, Stories15mInt8ActivationsCloseToFp32) {
 }
 
 // The int4 generator computes the model whose matrices are the dequantized
-// int4 weights (scale · q, formed here from the quantizer's output, checked
-// against its definition above): the fp32 generator on those weights. Only
-// the order and rounding of the fp32 sums differ (the kernels scale each
-// block's Σ a·q once; fp32 multiplies a by fl(scale·q)): 1e-4 of the range,
-// measured below 1e-5. Unshared classifier: the token gather reads the fp32
-// embeddings in both, the classifier the int4 copy.
+// int4 weights (scale · q, formed here from the quantizer's output with its
+// fp16 scales decoded by their definition, exact in fp32): the fp32
+// generator on those weights. Only the order and rounding of the fp32 sums
+// differ (the kernels scale each block's Σ a·q once; fp32 multiplies a by
+// scale·q): 1e-4 of the range, measured below 1e-5. Unshared classifier: the
+// token gather reads the fp32 embeddings in both, the classifier the int4 copy.
 TEST(GenerateInt4, EqualsFp32OnTheDequantizedWeights) {
   const LlamaWeights w = llm::load_llama2c_checkpoint(random_llama2c_checkpoint("stories15m", true));
   LlamaWeights dq = w;
   for (auto& [name, t] : dq.tensors) {
     if (name == "tok_embeddings" || t.rank() != 2) continue;
-    const llm::BlockQuantized q = llm::quantize_int4_blockwise(w.tensors.at(name), 32);
+    const llm::BlockQuantized q = llm::quantize_int4_blockwise(w.tensors.at(name), 32, DType::FP16);
+    ASSERT_EQ(q.scale.dtype(), DType::FP16);
     Tensor d(DType::FP32, t.shape());
     for (int64_t i = 0; i < t.numel(); ++i)
-      d.mutable_ptr<float>()[i] = q.scale.ptr<float>()[i / 32] * float(q.data.ptr<int8_t>()[i]);
+      d.mutable_ptr<float>()[i] = float(half64(q.scale.ptr<uint16_t>()[i / 32])) * float(q.data.ptr<int8_t>()[i]);
     t = d;
   }
   const int64_t V = w.cfg.vocab;
   llm::Generator ref(dq), gen(w, {WeightStorage::int4, 32});
+  ASSERT_EQ(gen.options().scales, DType::FP16) << "the default this test checks";
   const std::vector<int32_t> prompt = prompt_of(8, V);
   const float* want = ref.prefill(prompt);
   const float* got = gen.prefill(prompt);
@@ -187,13 +190,15 @@ TEST(GenerateInt4, OptionsAndErrors) {
   expect_error_containing([&] { llm::Generator g(w, {WeightStorage::int4, 1}); }, "int4 block size 1 must be even");
 }
 
-// Per matrix weight: half a byte, plus a 4-byte scale per block.
+// Per matrix weight: half a byte, plus a 2-byte (fp16, the default) or 4-byte scale per block.
 TEST(GenerateInt4, DecodeWeightBytes) {
   const llm::LlamaConfig c = *llm::llama_preset("stories15m-gqa");
   const int64_t matrix = 6 * (2 * 288 * 288 + 2 * 96 * 288 + 3 * 768 * 288) + 32000 * 288;
   const int64_t vectors = (2 * 6 + 1) * 288 + 288;
-  EXPECT_EQ(llm::decode_weight_bytes(c, WeightStorage::int4, 32), matrix / 2 + 4 * (matrix / 32) + 4 * vectors);
-  EXPECT_EQ(llm::decode_weight_bytes(c, WeightStorage::int4, 64), matrix / 2 + 4 * (matrix / 64) + 4 * vectors);
+  EXPECT_EQ(llm::decode_weight_bytes(c, WeightStorage::int4, 32), matrix / 2 + 2 * (matrix / 32) + 4 * vectors);
+  EXPECT_EQ(llm::decode_weight_bytes(c, WeightStorage::int4, 64), matrix / 2 + 2 * (matrix / 64) + 4 * vectors);
+  EXPECT_EQ(llm::decode_weight_bytes(c, WeightStorage::int4, 32, DType::FP32),
+            matrix / 2 + 4 * (matrix / 32) + 4 * vectors);
 }
 
 int lines(const std::string& s) { return int(std::count(s.begin(), s.end(), '\n')); }

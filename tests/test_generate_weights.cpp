@@ -273,8 +273,11 @@ TEST(WeightsOptions, DecodeWeightBytes) {
     EXPECT_EQ(llm::decode_weight_bytes(c, WeightStorage::fp32), 4 * (matrix + vectors));
     EXPECT_EQ(llm::decode_weight_bytes(c, WeightStorage::bf16), 2 * matrix + 4 * vectors);
     EXPECT_EQ(llm::decode_weight_bytes(c, WeightStorage::fp16), 2 * matrix + 4 * vectors);
-    EXPECT_EQ(llm::decode_weight_bytes(c, WeightStorage::int8, 32), matrix + 4 * (matrix / 32) + 4 * vectors);
-    EXPECT_EQ(llm::decode_weight_bytes(c, WeightStorage::int8, 16), matrix + 4 * (matrix / 16) + 4 * vectors);
+    // int8: a byte a weight plus an fp16 scale (the default) or fp32 scale per block.
+    EXPECT_EQ(llm::decode_weight_bytes(c, WeightStorage::int8, 32), matrix + 2 * (matrix / 32) + 4 * vectors);
+    EXPECT_EQ(llm::decode_weight_bytes(c, WeightStorage::int8, 16), matrix + 2 * (matrix / 16) + 4 * vectors);
+    EXPECT_EQ(llm::decode_weight_bytes(c, WeightStorage::int8, 32, DType::FP32),
+              matrix + 4 * (matrix / 32) + 4 * vectors);
   }
 }
 

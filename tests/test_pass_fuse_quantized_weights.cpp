@@ -148,6 +148,42 @@ TEST(FuseQuantizedWeights, Fp16ScalesAndProgram) {
   std::printf("[fuse-quantized-weights] fp16 scales, fp16 program: fused vs original reference %g\n", d.abs);
 }
 
+// fp16 scales in an fp32 program (the decoder's default): the fp16 weight
+// reaches the fp32 matmul through cast(dtype = "fp32"); the fused op reads the
+// fp16 scales as stored, and the cast goes with the constexpr op. A cast
+// another op also reads stays, with its constexpr op.
+TEST(FuseQuantizedWeights, Fp16ScalesCastToFp32) {
+  Quant q;
+  q.sdt = DType::FP16;
+  q.block = 32;
+  const std::string cast = stmt("tensor<fp32, [8, 64]>", "w32", "cast(x = w, dtype = string(\"fp32\"))");
+  const Program before = parse_program("tensor<fp32, [3, 64]> x",
+                                       quantized("w", q) + cast + matmul("z", "tensor<fp32, [3, 8]>", "x", "w32"), "z");
+  const Program after = fused(before);
+  EXPECT_EQ(op_types(after, true), (Strings{"const", "const", "milrt_gemm"})) << "the cast and constexpr op are gone";
+  const Op& g = producer(after, "z");
+  EXPECT_EQ(var_of(g, "y"), "w_d");
+  EXPECT_EQ(var_of(g, "y_scale"), "w_s");
+  EXPECT_EQ(g.outputs[0].type, producer(before, "z").outputs[0].type);
+  // fp32 result: only the weights' fp16 rounding in the original (bound 0.04, above).
+  const Deviation d = expect_same_function(before, after, 0, 0.04, "fp16 scales, fp32 program");
+  std::printf("[fuse-quantized-weights] fp16 scales cast to fp32: fused vs original reference %g\n", d.abs);
+
+  const Program shared = parse_program(
+      "tensor<fp32, [3, 64]> x",
+      quantized("w", q) + cast + matmul("z", "tensor<fp32, [3, 8]>", "x", "w32") +
+          stmt("tensor<fp32, [8, 64]>", "w2", "mul(x = w32, y = w32)"),
+      "z, w2");
+  EXPECT_EQ(op_types(fused(shared)), (Strings{"constexpr_blockwise_shift_scale", "cast", "milrt_gemm", "mul"}));
+  // A cast to another dtype is not the fp32 matmul's form: left alone.
+  const Program to_fp16 = parse_program(
+      "tensor<fp16, [3, 64]> x",
+      quantized("w", q) + stmt("tensor<fp16, [8, 64]>", "w16", "cast(x = w, dtype = string(\"fp16\"))") +
+          matmul("z", "tensor<fp16, [3, 8]>", "x", "w16"),
+      "z");
+  EXPECT_EQ(op_types(fused(to_fp16)), (Strings{"constexpr_blockwise_shift_scale", "cast", "matmul"}));
+}
+
 // The weight shared with another consumer: the product is fused, the
 // constexpr op stays for the other reader (fold-constexpr expands it there).
 TEST(FuseQuantizedWeights, SharedWeightKeepsTheConstexprForOtherReaders) {

@@ -3,11 +3,13 @@
 // checked in fp64.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
 #include "llm/quantize.h"
 #include "milrt/error.h"
+#include "support/half_fp64.h"
 #include "support/test_util.h"
 
 namespace milrt::test {
@@ -107,6 +109,57 @@ TEST(QuantizeInt8, Errors) {
   expect_error(Tensor(DType::FP16, {2, 6}), 2, "expected an fp32 matrix, got fp16");
   expect_error(Tensor(DType::FP32, {12}), 2, "expected an fp32 matrix");
   expect_error(Tensor(DType::FP32, {2, 2, 3}), 3, "expected an fp32 matrix");
+}
+
+// fp16 scales (llama.cpp's Q8_0 form): the scale is max|w| / 127 rounded to
+// the nearest half, and the codes are computed from that stored scale. By
+// hand: 0.5 / 127 = 1.0078740·2^-8 rounds to 1032·2^-18 (1.0078125·2^-8,
+// half bits 0x1C08); 0.39566 / that = 100.504 -> 101, where the fp32 scale
+// would give 0.39566 · 254 = 100.498 -> 100; 0.125 / it = 31.75 -> 32;
+// -0.5 / it = -127.008, clamped to -127.
+TEST(QuantizeInt8, Fp16ScalesRoundTheScaleFirst) {
+  const Tensor w = make(DType::FP32, {1, 3}, {-0.5, 0.39566, 0.125});
+  const llm::BlockQuantized q = quantize_int8_blockwise(w, 3, DType::FP16);
+  ASSERT_EQ(q.scale.dtype(), DType::FP16);
+  ASSERT_EQ(q.scale.shape(), (Shape{1, 1}));
+  EXPECT_EQ(q.scale.ptr<uint16_t>()[0], 0x1C08);
+  EXPECT_EQ(half64(0x1C08), std::ldexp(1032.0, -18));
+  EXPECT_EQ(ints_of(q.data), (std::vector<int>{-127, 101, 32}));
+  EXPECT_EQ(ints_of(quantize_int8_blockwise(w, 3).data)[1], 100) << "fp32 scales: the other code";
+}
+
+// Random rows, fp16 scales: each scale within half an fp16 step of max|w| /
+// 127 (relative 2^-11 in the normal range), each code the nearest integer to
+// w / the stored scale clamped to ±127, int4 the same with 7 and -8..7.
+TEST(QuantizeInt8, Fp16ScalesRandomMatricesMeetTheDefinition) {
+  std::mt19937 rng(6);
+  std::normal_distribution<float> n(0, 0.02f);
+  for (bool int4 : {false, true}) {
+    const double levels = int4 ? 7 : 127, lo = int4 ? -8 : -127;
+    Tensor w(DType::FP32, {5, 64});
+    float* p = w.mutable_ptr<float>();
+    for (int64_t i = 0; i < w.numel(); ++i) p[i] = n(rng);
+    const llm::BlockQuantized q = int4 ? llm::quantize_int4_blockwise(w, 32, DType::FP16)
+                                       : quantize_int8_blockwise(w, 32, DType::FP16);
+    ASSERT_EQ(q.scale.dtype(), DType::FP16);
+    for (int64_t b = 0; b < w.numel() / 32; ++b) {
+      double amax = 0;
+      for (int64_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(double(p[b * 32 + i])));
+      const double sc = half64(q.scale.ptr<uint16_t>()[b]);
+      EXPECT_LE(std::fabs(sc - amax / levels), 0x1p-11 * amax / levels) << "block " << b;
+      for (int64_t i = b * 32; i < (b + 1) * 32; ++i) {
+        const double want = std::clamp(double(p[i]) / sc, lo, levels);
+        EXPECT_LE(std::fabs(double(q.data.ptr<int8_t>()[i]) - want), 0.5 + 1e-4) << "element " << i;
+      }
+    }
+  }
+}
+
+TEST(QuantizeInt8, Fp16ScaleOverflowIsAnError) {
+  const Tensor w = make(DType::FP32, {1, 2}, {1e7, 1});  // 1e7 / 127 = 78740 > 65504
+  expect_error_containing([&] { quantize_int8_blockwise(w, 2, DType::FP16); }, "exceeds fp16's range");
+  EXPECT_NO_THROW(quantize_int8_blockwise(w, 2, DType::FP32));
+  expect_error_containing([&] { quantize_int8_blockwise(w, 2, DType::BF16); }, "scales must be fp32 or fp16, not bf16");
 }
 
 }  // namespace

@@ -49,7 +49,8 @@ CompileOptions prefill_compile_options(const GeneratorOptions& g) {
 }  // namespace
 
 GeneratorOptions parse_generator_options(const std::string& weights, std::optional<int64_t> block,
-                                         const std::string& activations, const std::string& prefill_precision) {
+                                         const std::string& activations, const std::string& prefill_precision,
+                                         const std::string& scales) {
   GeneratorOptions o;
   o.weights = weights == "fp32" ? WeightStorage::inputs : parse_weight_storage(weights);
   const bool quantized = o.weights == WeightStorage::int8 || o.weights == WeightStorage::int4;
@@ -57,6 +58,10 @@ GeneratorOptions parse_generator_options(const std::string& weights, std::option
     if (!quantized) throw Error("a block size is for int8 or int4 weights, not " + weights);
     if (*block <= 0) throw Error("the " + weights + " block size must be positive, got " + std::to_string(*block));
     o.block = *block;
+  }
+  if (!scales.empty()) {
+    if (!quantized) throw Error("a scale dtype is for int8 or int4 weights, not " + weights);
+    o.scales = parse_scale_dtype(scales);
   }
   if (activations == "int8") {
     if (!quantized)
@@ -73,13 +78,14 @@ GeneratorOptions parse_generator_options(const std::string& weights, std::option
   return o;
 }
 
-int64_t decode_weight_bytes(const LlamaConfig& c, WeightStorage storage, int64_t block) {
+int64_t decode_weight_bytes(const LlamaConfig& c, WeightStorage storage, int64_t block, DType scales) {
   const int64_t kv = c.kv_dim();
   const int64_t matrix = c.layers * (2 * c.dim * c.dim + 2 * kv * c.dim + 3 * c.hidden * c.dim) + c.vocab * c.dim;
   int64_t per_matrix_bytes = 4 * matrix;
   if (storage == WeightStorage::fp16 || storage == WeightStorage::bf16) per_matrix_bytes = 2 * matrix;
-  if (storage == WeightStorage::int8) per_matrix_bytes = matrix + 4 * (matrix / std::max<int64_t>(block, 1));
-  if (storage == WeightStorage::int4) per_matrix_bytes = matrix / 2 + 4 * (matrix / std::max<int64_t>(block, 1));
+  const int64_t scale_bytes = (scales == DType::FP16 ? 2 : 4) * (matrix / std::max<int64_t>(block, 1));
+  if (storage == WeightStorage::int8) per_matrix_bytes = matrix + scale_bytes;
+  if (storage == WeightStorage::int4) per_matrix_bytes = matrix / 2 + scale_bytes;
   const int64_t fp32_vectors = (2 * c.layers + 1) * c.dim + c.dim;  // gains, one embedding row
   return per_matrix_bytes + 4 * fp32_vectors;
 }
@@ -110,7 +116,7 @@ Generator::Generator(LlamaWeights weights, GeneratorOptions options) : cfg_(weig
     decode_ = compile(build_llama_decoder(cfg_, 1));
     for (auto& [name, t] : w_.tensors) decode_.bind(name, t);
   } else {
-    Program d = build_llama_decoder(weights, 1, {opt_.weights, opt_.block});
+    Program d = build_llama_decoder(weights, 1, {opt_.weights, opt_.block, DType::FP32, opt_.scales});
     // The program now holds the weights in their storage: the fp32 tensors
     // are not needed again (freed here unless the caller kept a copy).
     weights.tensors.clear();

@@ -47,6 +47,8 @@ struct GeneratorOptions {
   WeightStorage weights = WeightStorage::inputs;
   // int8, int4: elements of a weight row sharing one scale; must divide dim and hidden (int4: even).
   int64_t block = 32;
+  // int8, int4: the scales' dtype, fp16 (the default) or fp32 (DecoderOptions::scales).
+  DType scales = DType::FP16;
   // int8 and int4 weights only: how the matrix products meet the activations (exact:
   // fp32 activations; int8: quantized per block, see CompileOptions).
   CompileOptions::ActivationPrecision activations = CompileOptions::ActivationPrecision::exact;
@@ -61,16 +63,18 @@ struct GeneratorOptions {
 // in place: WeightStorage::inputs), "fp16", "bf16", "int8" or "int4"; `block`
 // only with int8 or int4; `activations` "fp32" (exact, the default) or "int8",
 // the latter only with int8 or int4 weights; `prefill_precision` "" (the weights' default), "fp32" or
-// "bf16". Throws a one-line Error for anything else.
+// "bf16"; `scales` "" (fp16), "fp16" or "fp32", only with int8 or int4. Throws a one-line Error for anything else.
 GeneratorOptions parse_generator_options(const std::string& weights, std::optional<int64_t> block = std::nullopt,
                                          const std::string& activations = "fp32",
-                                         const std::string& prefill_precision = "");
+                                         const std::string& prefill_precision = "", const std::string& scales = "");
 
 // Bytes of weights one decoded token reads in `storage`: every matrix (the
 // classifier included) once, the RMSNorm gains and one embedding row;
-// inputs and fp32 count 4 bytes an element, fp16/bf16 2, int8 1 plus an fp32
-// scale per block. KV-cache reads are not counted.
-int64_t decode_weight_bytes(const LlamaConfig& cfg, WeightStorage storage, int64_t block = 32);
+// inputs and fp32 count 4 bytes an element, fp16/bf16 2, int8 1 (int4 half
+// a byte) plus a scale of `scales` (fp16: 2 bytes, fp32: 4) per block.
+// KV-cache reads are not counted.
+int64_t decode_weight_bytes(const LlamaConfig& cfg, WeightStorage storage, int64_t block = 32,
+                            DType scales = DType::FP16);
 
 // Useful FLOPs of a prefill of `tokens` tokens from position 0: every layer
 // matrix for each token, the classifier for the last one (prefill returns

@@ -174,23 +174,28 @@ Value DecoderBuilder::attention(const std::string& p, const Value& q, const Valu
   return f_.op("reshape", p + "att_out", {{"x", ct}, {"shape", lit_i32s({1, T_, c_.dim})}});
 }
 
-// A weight matrix [out, in] as a const in the chosen storage; int8 is the
-// block-quantized data and scales expanded by constexpr_blockwise_shift_scale,
-// which the compiler keeps compressed for the matmul that reads it.
+// A weight matrix [out, in] as a const in the chosen storage; int8 and int4
+// are the block-quantized data and scales expanded by
+// constexpr_blockwise_shift_scale, which the compiler keeps compressed for the
+// matmul that reads it. The op's output has the scales' dtype, so with fp16
+// scales it is an fp16 weight, cast to fp32 for the fp32 matmul (coremltools'
+// matmul mixes dtypes only with a const operand, which a constexpr output is
+// not); the compiler fuses the cast away with the constexpr op.
 Value DecoderBuilder::matrix_const(const std::string& name, const Tensor& w) {
   switch (opt_.weights) {
     case WeightStorage::fp32: return f_.constant(name, w);
     case WeightStorage::fp16: return f_.constant(name, w.cast(DType::FP16));
     case WeightStorage::bf16: return f_.constant(name, w.cast(DType::BF16));
-    case WeightStorage::int8: {
-      const BlockQuantized q = quantize_int8_blockwise(w, opt_.block);
-      return f_.op("constexpr_blockwise_shift_scale", name,
-                   {{"data", f_.constant(name + "_q8", q.data)}, {"scale", f_.constant(name + "_scale", q.scale)}});
-    }
+    case WeightStorage::int8:
     case WeightStorage::int4: {
-      const BlockQuantized q = quantize_int4_blockwise(w, opt_.block);
-      return f_.op("constexpr_blockwise_shift_scale", name,
-                   {{"data", f_.constant(name + "_q4", q.data)}, {"scale", f_.constant(name + "_scale", q.scale)}});
+      const bool int4 = opt_.weights == WeightStorage::int4;
+      const BlockQuantized q = int4 ? quantize_int4_blockwise(w, opt_.block, opt_.scales)
+                                    : quantize_int8_blockwise(w, opt_.block, opt_.scales);
+      const bool fp16 = opt_.scales == DType::FP16;
+      Value d = f_.op("constexpr_blockwise_shift_scale", fp16 ? name + "_fp16" : name,
+                      {{"data", f_.constant(name + (int4 ? "_q4" : "_q8"), q.data)},
+                       {"scale", f_.constant(name + "_scale", q.scale)}});
+      return fp16 ? f_.op("cast", name, {{"x", d}, {"dtype", lit_str("fp32")}}) : d;
     }
     case WeightStorage::inputs: break;
   }
@@ -286,9 +291,17 @@ Program build_llama_decoder(const LlamaConfig& cfg, int64_t tokens) { return bui
 Program build_llama_decoder(const LlamaWeights& w, int64_t tokens, const DecoderOptions& opt) {
   if (opt.cache != DType::FP32 && opt.cache != DType::FP16)
     throw Error("llama decoder: the KV cache must be fp32 or fp16, not " + std::string(dtype_name(opt.cache)));
+  if (opt.scales != DType::FP32 && opt.scales != DType::FP16)
+    throw Error("llama decoder: block scales must be fp32 or fp16, not " + std::string(dtype_name(opt.scales)));
   if (opt.weights == WeightStorage::inputs) return build(w.cfg, tokens, nullptr, opt);
   check_llama_weights(w);
   return build(w.cfg, tokens, &w, opt);
+}
+
+DType parse_scale_dtype(const std::string& s) {
+  if (s == "fp16") return DType::FP16;
+  if (s == "fp32") return DType::FP32;
+  throw Error("unknown scale dtype '" + s + "' (fp16, fp32)");
 }
 
 WeightStorage parse_weight_storage(const std::string& s) {

@@ -43,7 +43,7 @@ enum class WeightStorage {
   fp32,    // fp32 consts: a self-contained program
   fp16,    // fp16 consts read by fp32 matmuls, as iOS17 allows (Core ML's usual form)
   bf16,    // bf16 consts read the same way: a milrt extension, Core ML has no bf16
-  int8,    // int8 + one fp32 scale per block of a row: constexpr_blockwise_shift_scale
+  int8,    // int8 + one scale per block of a row (DecoderOptions::scales): constexpr_blockwise_shift_scale
   int4,    // the same with int4 data (scale = max|w| / 7), packed two a byte by the compiler
 };
 
@@ -56,12 +56,20 @@ struct DecoderOptions {
   // keys and values are rounded to fp16 on the way in and widened on the way
   // out, the rest of the program stays fp32.
   DType cache = DType::FP32;
+  // int8, int4: the block scales' dtype, fp16 (the default, llama.cpp's Q8_0/Q4_0 form) or fp32. In Core ML the
+  // op's output takes the scale's dtype, so fp16 scales give an fp16 weight, which the program casts to fp32
+  // for its fp32 matmul; the compiler keeps it compressed either way (the cast fused away), and an fp16 scale is
+  // 2 bytes a block instead of 4 (decode reads 0.5625 bytes a weight for int4/32 instead of 0.625, 1.0625 for
+  // int8/32 instead of 1.125). The fp16 rounding of a scale (relative 2^-11) is far below the values' own.
+  DType scales = DType::FP16;
 };
 
 // "fp32", "fp16", "bf16", "int8", "int4" (the const storages; "inputs" is internal).
 // Throws Error naming the choices for anything else.
 WeightStorage parse_weight_storage(const std::string& s);
 const char* weight_storage_name(WeightStorage s);
+// "fp16" or "fp32" (DecoderOptions::scales); throws Error naming the choices for anything else.
+DType parse_scale_dtype(const std::string& s);
 
 // Throws Error for a config that fails cfg.validate() or T outside 1..cfg.seq.
 Program build_llama_decoder(const LlamaConfig& cfg, int64_t tokens);

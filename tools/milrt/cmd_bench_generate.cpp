@@ -58,7 +58,7 @@ std::string json_str(const std::string& s) {
 
 void add_bench_generate(CLI::App& bench) {
   auto* cmd = bench.add_subcommand("generate", "Prefill and decode tok/s of the KV-cache generator");
-  static std::string checkpoint, config, weights = "fp32", activations = "fp32", prefill_precision;
+  static std::string checkpoint, config, weights = "fp32", activations = "fp32", prefill_precision, scales;
   static int64_t block = 32, prompt_tokens = 256, steps = 128;
   static int reps = 3, threads = 0;
   static uint64_t seed = 1;
@@ -68,6 +68,7 @@ void add_bench_generate(CLI::App& bench) {
   ck->excludes(cf);
   cmd->add_option("--weights", weights, "fp32 (the checkpoint in place), fp16, bf16, int8 or int4");
   auto* bl = cmd->add_option("--block", block, "int8, int4: elements of a weight row sharing a scale (default 32)");
+  cmd->add_option("--scales", scales, "int8, int4: the block scales' dtype, fp16 (default) or fp32");
   cmd->add_option("--activations", activations,
                   "fp32 (default, exact) or int8: with --weights int8 or int4, decode quantizes the activations (not exact)");
   cmd->add_option("--prefill-precision", prefill_precision,
@@ -85,7 +86,7 @@ void add_bench_generate(CLI::App& bench) {
     if (checkpoint.empty() == config.empty()) throw Error("bench generate: give --checkpoint FILE or --config NAME");
     const llm::GeneratorOptions opt =
         llm::parse_generator_options(weights, bl->count() ? std::optional<int64_t>(block) : std::nullopt, activations,
-                                     prefill_precision);
+                                     prefill_precision, scales);
     if (threads > 0) kernels::set_num_threads(threads);
 
     auto t_load = std::chrono::steady_clock::now();
@@ -140,7 +141,7 @@ void add_bench_generate(CLI::App& bench) {
     }
     const double prefill_tok_s = double(prompt_tokens) / median(prefill_s);
     const double decode_tok_s = double(steps) / median(decode_s);
-    const int64_t bytes = llm::decode_weight_bytes(cfg, opt.weights, opt.block);
+    const int64_t bytes = llm::decode_weight_bytes(cfg, opt.weights, opt.block, opt.scales);
     const double gb_s = double(bytes) * decode_tok_s * 1e-9;
     // The machine's limits, measured in the same run after the timed part:
     // decode against the read bandwidth (it streams every weight once per
@@ -158,12 +159,15 @@ void add_bench_generate(CLI::App& bench) {
     const int nt = kernels::num_threads();
 
     const char* prefill_math = llm::prefill_uses_bf16(opt) ? "bf16" : "fp32";
+    const bool quantized = opt.weights == llm::WeightStorage::int8 || opt.weights == llm::WeightStorage::int4;
+    // fp16 scales are the default; only the other kind is named.
+    const std::string storage_note =
+        quantized ? " (block " + std::to_string(opt.block) + (opt.scales == DType::FP16 ? "" : ", fp32 scales") + ")"
+                  : "";
     std::printf("%s, %s weights%s%s, %s prefill: prefill %lld tokens %.1f tok/s; decode %lld tokens after %lld %.1f tok/s, %.1f MB of weights "
                 "a token = %.2f GB/s; compile %.2f s, load %.2f s; RSS %.0f MB compiled, peak %.0f MB; medians of %d, %d thread%s\n",
                 model.c_str(), weights.c_str(),
-                opt.weights == llm::WeightStorage::int8 || opt.weights == llm::WeightStorage::int4
-                    ? (" (block " + std::to_string(opt.block) + ")").c_str()
-                    : "",
+                storage_note.c_str(),
                 activations == "int8" ? ", int8 activations" : "", prefill_math,
                 (long long)prompt_tokens, prefill_tok_s, (long long)steps, (long long)context, decode_tok_s, double(bytes) * 1e-6, gb_s,
                 compile_s, load_s, rss_compiled_mb, max_rss_mb, reps, nt, nt == 1 ? "" : "s");
@@ -172,13 +176,14 @@ void add_bench_generate(CLI::App& bench) {
                 gb_s, 100 * gb_s / read_gbs, read_gbs, prefill_gflops, 100 * prefill_gflops / peak_gflops,
                 kernels::peak_kind_name(peak_kind), peak_gflops);
     if (json)
-      std::printf("{\"model\": %s, \"weights\": \"%s\", \"activations\": \"%s\", \"prefill_precision\": \"%s\", \"block\": %lld, \"threads\": %d, \"prompt_tokens\": %lld, "
+      std::printf("{\"model\": %s, \"weights\": \"%s\", \"activations\": \"%s\", \"prefill_precision\": \"%s\", \"block\": %lld, \"scales\": \"%s\", \"threads\": %d, \"prompt_tokens\": %lld, "
                   "\"steps\": %lld, \"decode_context\": %lld, \"reps\": %d, \"prefill_tok_s\": %.3f, \"prefill_ms\": %.4f, \"decode_tok_s\": %.3f, "
                   "\"decode_ms_per_token\": %.4f, \"weight_bytes_per_token\": %lld, \"decode_gb_s\": %.3f, "
                   "\"compile_s\": %.4f, \"load_s\": %.4f, \"rss_compiled_mb\": %.1f, \"max_rss_mb\": %.1f, "
                   "\"read_bandwidth_gb_s\": %.3f, \"decode_bandwidth_fraction\": %.4f, \"prefill_gflops\": %.3f, "
                   "\"peak_kind\": \"%s\", \"peak_gflops\": %.3f, \"prefill_peak_fraction\": %.4f}\n",
-                  json_str(model).c_str(), weights.c_str(), activations.c_str(), prefill_math, (long long)opt.block, nt, (long long)prompt_tokens,
+                  json_str(model).c_str(), weights.c_str(), activations.c_str(), prefill_math, (long long)opt.block,
+                  quantized ? std::string(dtype_name(opt.scales)).c_str() : "none", nt, (long long)prompt_tokens,
                   (long long)steps, (long long)context, reps, prefill_tok_s, median(prefill_s) * 1e3, decode_tok_s, 1e3 / decode_tok_s,
                   (long long)bytes, gb_s, compile_s, load_s, rss_compiled_mb, max_rss_mb, read_gbs, gb_s / read_gbs,
                   prefill_gflops, kernels::peak_kind_name(peak_kind), peak_gflops, prefill_gflops / peak_gflops);

@@ -24,7 +24,7 @@ namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 
 struct Args {
-  std::string checkpoint, out, weights = "fp32", cache = "fp16", format;
+  std::string checkpoint, out, weights = "fp32", cache = "fp16", format, scales = "fp16";
   int64_t block = 32, tokens = 1;
   bool overwrite = false;
 };
@@ -153,6 +153,7 @@ std::string metadata(const Function& f, const llm::LlamaConfig& cfg, const Args&
 void run(Args a) {
   const llm::WeightStorage storage = llm::parse_weight_storage(a.weights);
   if (a.block <= 0) throw Error("export: --block must be positive, got " + std::to_string(a.block));
+  const DType scales = llm::parse_scale_dtype(a.scales);
   while (a.out.size() > 1 && a.out.back() == '/') a.out.pop_back();
   if (a.out.empty()) throw Error("export: --out is empty");
   const fs::path out = fs::absolute(a.out);
@@ -166,7 +167,7 @@ void run(Args a) {
     throw Error("export: --tokens must be in 1.." + std::to_string(w.cfg.seq) + " (the model's seq_len), got " +
                 std::to_string(a.tokens));
   if (a.cache != "fp16" && a.cache != "fp32") throw Error("export: --cache must be fp16 or fp32, got '" + a.cache + "'");
-  llm::DecoderOptions opt{storage, a.block, a.cache == "fp16" ? DType::FP16 : DType::FP32};
+  llm::DecoderOptions opt{storage, a.block, a.cache == "fp16" ? DType::FP16 : DType::FP32, scales};
   Program p = llm::build_llama_decoder(w, a.tokens, opt);
   // After the build, so that a failed bf16 export says one line, the error.
   if (storage == llm::WeightStorage::bf16)
@@ -204,6 +205,9 @@ void add_export(CLI::App& app) {
                   "Manifest.json + protobuf model); default from --out's extension");
   cmd->add_option("--weights", a.weights, "storage of the matrices: fp32 (default), fp16, bf16 (milrt only), int8");
   cmd->add_option("--block", a.block, "int8: elements of a row sharing one scale (default 32)");
+  cmd->add_option("--scales", a.scales,
+                  "int8, int4: the block scales' dtype, fp16 (default; the weight is then fp16, as Core ML defines "
+                  "constexpr_blockwise_shift_scale) or fp32");
   cmd->add_option("--tokens", a.tokens, "tokens per run: 1 = the decode program (default), T > 1 = a T-token prefill");
   cmd->add_option("--cache", a.cache,
                   "KV-cache state dtype: fp16 (default: Core ML accepts only fp16 states) or fp32 (exactly milrt generate)");

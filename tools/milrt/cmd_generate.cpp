@@ -4,8 +4,8 @@
 // encoded with BOS; temperature 0 is greedy; generation stops at BOS; text
 // streams to stdout as it is produced and the speeds go to stderr.
 // --weights picks how the weights are held (generator.h): fp32 binds the
-// checkpoint in place; fp16, bf16 and int8 (blocks of --block) are made from
-// it at load, and int4 the same way. --activations int8 (with int8 or int4 weights only) quantizes the
+// checkpoint in place; fp16, bf16 and int8 (blocks of --block, fp16 scales
+// unless --scales fp32) are made from it at load, and int4 the same way. --activations int8 (with int8 or int4 weights only) quantizes the
 // activations of the decode products too: integer dot products, not exact.
 #include <chrono>
 #include <cstdio>
@@ -28,7 +28,7 @@ struct Args {
   double temperature = 1.0, top_p = 0.9;
   uint64_t seed = 0;
   int threads = 0;
-  std::string weights = "fp32", activations = "fp32", prefill_precision;
+  std::string weights = "fp32", activations = "fp32", prefill_precision, scales;
   int64_t block = 32;
   bool block_given = false;
 };
@@ -41,7 +41,7 @@ void run(const Args& a) {
   if (a.threads > 0) kernels::set_num_threads(a.threads);
   const llm::GeneratorOptions gopt =
       llm::parse_generator_options(a.weights, a.block_given ? std::optional<int64_t>(a.block) : std::nullopt,
-                                   a.activations, a.prefill_precision);
+                                   a.activations, a.prefill_precision, a.scales);
   llm::LlamaWeights w = llm::load_llama2c_checkpoint(a.checkpoint);
   const llm::LlamaConfig cfg = w.cfg;
   // Without --tokenizer: the byte-level vocabulary `milrt train` uses by default.
@@ -108,6 +108,7 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--weights", a.weights, "fp32 (the checkpoint in place), fp16, bf16, int8 or int4");
   auto* block =
       cmd->add_option("--block", a.block, "int8, int4: elements of a weight row sharing a scale (default 32)");
+  cmd->add_option("--scales", a.scales, "int8, int4: the block scales' dtype, fp16 (default) or fp32");
   cmd->add_option("--activations", a.activations,
                   "fp32 (default, exact) or int8: with --weights int8 or int4, decode quantizes the activations per block "
                   "and takes integer dot products (faster, not exact)");
