@@ -26,7 +26,8 @@ def _path(p):
 
 
 def generate(checkpoint, prompt="", steps=256, temperature=1.0, top_p=0.9, seed=None, tokenizer=None,
-             weights="fp32", block=None, activations="fp32", prefill_precision=None, echo=False, threads=None):
+             weights="fp32", block=None, activations="fp32", prefill_precision=None, echo=False, threads=None,
+             scales=None):
     """Yields the text generated from a llama2.c checkpoint (version 0 or 1),
     one decoded piece per token, with the KV-cache decoder: ``milrt generate``'s
     loop (run.c's), so ``"".join(generate(...))`` is what the CLI prints after
@@ -44,7 +45,9 @@ def generate(checkpoint, prompt="", steps=256, temperature=1.0, top_p=0.9, seed=
     products, "fp32" (exact) or "bf16" (on AMX or avx512_bf16 where present);
     None: bf16 for bf16 weights, else fp32. echo: yield the prompt's
     pieces first. threads: kernel threads while it computes (default
-    MILRT_THREADS, else every CPU).
+    MILRT_THREADS, else every CPU). scales: the block scales' dtype of int8
+    and int4 weights, "fp16" (None: the default, as llama.cpp's Q8_0/Q4_0)
+    or "fp32" (``--scales``).
 
     The checkpoint is loaded and the decode plan compiled when this is
     called; pieces are computed as they are consumed.
@@ -52,7 +55,8 @@ def generate(checkpoint, prompt="", steps=256, temperature=1.0, top_p=0.9, seed=
     gen = _llm.Generation(_path(checkpoint), str(prompt), int(steps), float(temperature), float(top_p),
                           None if seed is None else int(seed), _path(tokenizer), str(weights),
                           None if block is None else int(block), str(activations),
-                          "" if prefill_precision is None else str(prefill_precision), bool(echo), threads)
+                          "" if prefill_precision is None else str(prefill_precision), bool(echo), threads,
+                          "" if scales is None else str(scales))
     return _pieces(gen)
 
 

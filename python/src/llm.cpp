@@ -46,12 +46,13 @@ class Generation {
   Generation(const std::string& checkpoint, const std::string& prompt, int64_t steps, double temperature, double top_p,
              std::optional<uint64_t> seed, const std::string& tokenizer, const std::string& weights,
              std::optional<int64_t> block, const std::string& activations, const std::string& prefill_precision,
-             bool echo, std::optional<int> threads)
+             bool echo, std::optional<int> threads, const std::string& scales)
       : threads_(threads) {
     if (threads && *threads < 1) throw Error("error: threads must be at least 1, got " + std::to_string(*threads));
     pb::gil_scoped_release release;
     ThreadScope ts(threads_);
-    const llm::GeneratorOptions gopt = llm::parse_generator_options(weights, block, activations, prefill_precision);
+    const llm::GeneratorOptions gopt =
+        llm::parse_generator_options(weights, block, activations, prefill_precision, scales);
     llm::LlamaWeights w = llm::load_llama2c_checkpoint(checkpoint);
     cfg_ = w.cfg;
     tok_ = tokenizer.empty() ? llm::byte_tokenizer() : llm::load_llama2c_tokenizer(tokenizer, cfg_.vocab);
@@ -247,10 +248,10 @@ void bind_llm(pb::module_& m) {
   pb::class_<Generation>(llm, "Generation")
       .def(pb::init<const std::string&, const std::string&, int64_t, double, double, std::optional<uint64_t>,
                     const std::string&, const std::string&, std::optional<int64_t>, const std::string&,
-                    const std::string&, bool, std::optional<int>>(),
+                    const std::string&, bool, std::optional<int>, const std::string&>(),
            pb::arg("checkpoint"), pb::arg("prompt"), pb::arg("steps"), pb::arg("temperature"), pb::arg("top_p"),
            pb::arg("seed"), pb::arg("tokenizer"), pb::arg("weights"), pb::arg("block"), pb::arg("activations"),
-           pb::arg("prefill_precision"), pb::arg("echo"), pb::arg("threads"))
+           pb::arg("prefill_precision"), pb::arg("echo"), pb::arg("threads"), pb::arg("scales"))
       // bytes: a piece may be part of a UTF-8 character (byte tokens).
       .def("next", [](Generation& g) -> pb::object {
         std::optional<std::string> s = g.next();

@@ -107,6 +107,19 @@ def test_generate_sampling_seeded(trained):
     g = milrt.llm.generate(ckpt, prompt="a dog", steps=24, temperature=0, weights="int4", block=4,
                            activations="int8", prefill_precision="bf16")
     assert 0 < len("".join(g)) <= 24
+    # fp32 block scales (the CLI's --scales fp32): the same greedy text as the CLI's.
+    g32 = "".join(milrt.llm.generate(ckpt, prompt="a dog", steps=24, temperature=0, weights="int8", block=4,
+                                     scales="fp32", echo=True))
+    cli = REPO / "build" / "milrt"
+    if os.access(cli, os.X_OK):
+        out = subprocess.run([str(cli), "generate", "--checkpoint", str(ckpt), "--prompt", "a dog", "--steps", "24",
+                              "--temperature", "0", "--weights", "int8", "--block", "4", "--scales", "fp32"],
+                             check=True, capture_output=True, text=True).stdout
+        assert out == g32 + "\n"
+    with pytest.raises(milrt.Error, match="scale"):
+        milrt.llm.generate(ckpt, weights="int8", block=4, scales="fp64")
+    with pytest.raises(milrt.Error, match="a scale dtype is for int8 or int4 weights"):
+        milrt.llm.generate(ckpt, scales="fp32")
     with pytest.raises(milrt.Error, match="unknown prefill precision 'fp16'"):
         milrt.llm.generate(ckpt, weights="int8", block=4, prefill_precision="fp16")
     with pytest.raises(milrt.Error, match="int8 activations need int8 weights"):
