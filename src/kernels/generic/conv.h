@@ -48,7 +48,15 @@ class ConvKernel {
   Activation act_;
   ActivationBounds bounds_;
   int64_t rows_ = 0, k_ = 0;            // GEMM rows (batch × output positions) and depth (cin/groups × taps)
-  std::vector<int32_t> gather_;         // per (output position, tap): spatial input offset, or -1 (padding)
+  // Per output position, its taps as runs of consecutive input offsets
+  // (a 1-D conv's whole kernel is one run; padding taps are in none):
+  // column tap..tap+len of its im2col row is input offset src..src+len.
+  struct TapRun {
+    int32_t tap, src, len;
+  };
+  std::vector<TapRun> runs_;
+  std::vector<int64_t> run_begin_;      // per output position p: its runs are runs_[run_begin_[p], run_begin_[p + 1])
+  std::vector<uint8_t> full_;           // per output position: 1 when its runs cover every tap (no zero fill)
   std::vector<PackedB> packed_;         // per group: weightᵀ [k_, cout / groups]
   mutable std::vector<float> cols_, acc_;
 };
