@@ -56,12 +56,14 @@ void report_profiles(const std::vector<std::pair<const Plan*, std::string>>& pla
   const ProfileFlags& f = profile_flags();
   if (!f.on()) return;
   std::vector<TraceSpan> spans;
+  // Measured once for all the tables (each measurement runs the peak loops for a while).
+  const double peak = f.profile ? profile_peak_gflops(false) : 0;
   for (const auto& [plan, title] : plans) {
     const Plan::Profile p = plan->profile();
     if (f.profile) {
       ProfileTableOptions o;
       o.title = title;
-      o.peak_gflops = profile_peak_gflops(false);
+      o.peak_gflops = peak;
       std::fprintf(stderr, "%s", profile_table(p, o).c_str());
     }
     append_trace_spans(spans, p, plans.size() == 1 ? "plan" : title);

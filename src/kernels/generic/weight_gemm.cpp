@@ -292,8 +292,10 @@ void widen_rows_generic(const WeightRef& w, int64_t j0, int64_t j1, float* dst) 
         break;
       case WeightFormat::q8: {
         const void* s = weight_scale_row(w, j);
-        for (int64_t k = 0; k < K; ++k)
-          d[k] = scale_at(s, w.scale_type == ElemType::f16, k / w.block) * Q8::at(w.data, j * w.ld + k);
+        for (int64_t b = 0; b < K / w.block; ++b) {
+          const float sb = scale_at(s, w.scale_type == ElemType::f16, b);  // decoded once a block
+          for (int64_t k = b * w.block; k < (b + 1) * w.block; ++k) d[k] = sb * Q8::at(w.data, j * w.ld + k);
+        }
         break;
       }
       case WeightFormat::q4: break;  // unpacked to q8 by the caller
