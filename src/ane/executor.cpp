@@ -18,7 +18,6 @@ milrt_ane_device* check_device(milrt_ane_device* d) {
   return d;
 }
 
-
 }  // namespace
 
 Executor::Executor(const Partition& partition, milrt_ane_device* device, ExecutorOptions options)

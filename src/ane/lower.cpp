@@ -114,24 +114,23 @@ Packing make_packing(const std::vector<std::pair<std::string, Type>>& values, in
   return k;
 }
 
+uint16_t fp16_bits(const Tensor& v, int64_t j) {
+  return v.dtype() == DType::FP16 ? v.ptr<uint16_t>()[j] : f32_to_f16(float(v.at(size_t(j))));
+}
+
 void write_slot(const Packing& k, size_t slot, const Tensor& v, uint16_t* surface) {
   const Packing::Slot& s = k.slots.at(slot);
   if (v.numel() != shape_numel(s.type.shape))
     throw Error("ane: pack: '" + s.name + "' has shape " + shape_str(v.shape()) + ", expected " +
                 shape_str(s.type.shape));
-  uint16_t* block = surface + s.channel * k.S;
-  for (int64_t j = 0; j < v.numel(); ++j) {
-    uint16_t h = v.dtype() == DType::FP16 ? v.ptr<uint16_t>()[j] : f32_to_f16(float(v.at(size_t(j))));
-    block[(j / s.row) * k.S + j % s.row] = h;
-  }
+  for (int64_t j = 0; j < v.numel(); ++j) surface[slot_element(k, s, j)] = fp16_bits(v, j);
 }
 
 Tensor read_slot(const Packing& k, size_t slot, const uint16_t* surface) {
   const Packing::Slot& s = k.slots.at(slot);
   Tensor t(s.type.dtype, s.type.shape);
-  const uint16_t* block = surface + s.channel * k.S;
   for (int64_t j = 0; j < t.numel(); ++j) {
-    const uint16_t h = block[(j / s.row) * k.S + j % s.row];
+    const uint16_t h = surface[slot_element(k, s, j)];
     if (t.dtype() == DType::FP16)
       t.mutable_ptr<uint16_t>()[j] = h;
     else

@@ -63,6 +63,12 @@ std::vector<Tensor> unpack(const Packing& k, const Tensor& packed);
 // operands share, written and read without touching the rest.
 void write_slot(const Packing& k, size_t slot, const Tensor& v, uint16_t* surface);
 Tensor read_slot(const Packing& k, size_t slot, const uint16_t* surface);
+// Where element j (row-major) of slot s's value lies in its packed surface.
+inline int64_t slot_element(const Packing& k, const Packing::Slot& s, int64_t j) {
+  return (s.channel + j / s.row) * k.S + j % s.row;
+}
+// Element j of v as fp16 bits: as stored when v is fp16, else rounded.
+uint16_t fp16_bits(const Tensor& v, int64_t j);
 
 // A lowered engine program: MIL text, its weight file and the packings.
 struct EngineProgram {

@@ -224,7 +224,7 @@ int sim_evaluate(void* context, milrt_ane_program* p, char* error, size_t error_
   if (p->bound && !sim_of(context).surfaces.count(p->bound))
     return fail(error, error_size, "ane-sim: evaluate: the surface bound to input 0 was freed");
   try {
-    Tensor in = p->input.clone();
+    Tensor in = p->bound ? Tensor(p->input.dtype(), p->input.shape()) : p->input.clone();
     if (p->bound) std::memcpy(in.mutable_data(), p->bound->bytes.data(), in.nbytes());  // the engine reading it
     TensorMap out = run_reference(p->program, "main", {{p->input_name, in}});
     const Function* f = p->program.function("main");
@@ -266,7 +266,9 @@ size_t sim_compile_count(void* context) { return sim_of(context).compiles; }
 milrt_ane_device make_sim_device(const SimLimits& limits) {
   milrt_ane_device d{};
   d.name = "ane-sim";
-  d.context = new Sim{limits, 0, {}};
+  auto* sim = new Sim();
+  sim->limits = limits;
+  d.context = sim;
   d.compile = sim_compile;
   d.write_input = sim_write_input;
   d.evaluate = sim_evaluate;

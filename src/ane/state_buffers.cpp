@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "milrt/dtype.h"
+#include "ane/lower.h"
 #include "milrt/error.h"
 
 namespace milrt::ane {
@@ -89,7 +89,7 @@ size_t StateBuffers::write_slice(const std::string& state, const Tensor& update,
     throw Error("ane: slice_update of state '" + state + "': update has shape " + shape_str(update.shape()) +
                 ", the slice " + shape_str(span));
   const Packing::Slot& s = h.packing.slots[h.slot];
-  uint16_t* block = surfaces_[of_state_.at(state)].data + s.channel * h.packing.S;
+  uint16_t* surface = surfaces_[of_state_.at(state)].data;
   for (int64_t i = 0; i < update.numel(); ++i) {
     int64_t rest = i, j = 0, stride = 1;  // j: the element of the state that update element i replaces
     for (size_t d = rank; d-- > 0;) {
@@ -97,8 +97,7 @@ size_t StateBuffers::write_slice(const std::string& state, const Tensor& update,
       rest /= span[d];
       stride *= xs[d];
     }
-    const uint16_t v = update.dtype() == DType::FP16 ? update.ptr<uint16_t>()[i] : f32_to_f16(float(update.at(size_t(i))));
-    block[(j / s.row) * h.packing.S + j % s.row] = v;
+    surface[slot_element(h.packing, s, j)] = fp16_bits(update, i);
   }
   return size_t(update.numel()) * 2;
 }

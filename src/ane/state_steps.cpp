@@ -87,7 +87,6 @@ StateOps find_state_ops(const Function& f, int64_t max_dim) {
       } else {
         throw Error("ane: '" + w.result + "' writes a constant into state '" + st + "'; give the value as an op");
       }
-      s.version_before[i] = count.at(st);
       s.writes[i] = w;
       s.views[w.result] = st;
       s.version[w.result] = ++count.at(st);
@@ -103,7 +102,8 @@ void place_states(Partition& part, const Function& f, const StateOps& ops, int64
   std::map<size_t, size_t> step_of_op;
   for (size_t s = 0; s < part.steps.size(); ++s)
     for (size_t i : part.steps[s].ops) step_of_op[i] = s;
-  for (auto& [i, w] : ops.writes) ends[{w.state, ops.version_before.at(i)}] = step_of_op.at(i);
+  // A write's result shows its state's count after it: the version it ends is one before.
+  for (auto& [i, w] : ops.writes) ends[{w.state, ops.version.at(w.result) - 1}] = step_of_op.at(i);
   auto overwritten_before = [&](const std::string& view, size_t step) {
     auto e = ends.find({ops.views.at(view), ops.version.at(view)});
     return e != ends.end() && step > e->second ? e->second : StateHome::npos;

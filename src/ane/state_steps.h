@@ -13,7 +13,6 @@
 #pragma once
 #include <cstdint>
 #include <map>
-#include <set>
 #include <string>
 
 #include "ane/partition.h"
@@ -26,7 +25,6 @@ struct StateOps {
   std::map<std::string, size_t> version;                        // value -> the write count of its state it shows
   std::map<size_t, StateWrite> writes;                          // coreml_update_state op index -> its write
   std::map<size_t, size_t> folded;                              // slice_update op index -> the write's op index
-  std::map<size_t, size_t> version_before;                      // coreml_update_state op index -> its state's count before
 };
 
 // The state ops of f. Throws Error (one line) for a state the engine cannot
