@@ -33,8 +33,6 @@ using test::QuantRow;
 using test::quantize_row;
 
 constexpr double kU = 0x1p-24;  // fp32 unit roundoff
-// The paths this CPU runs (the others named on stdout as skipped).
-std::vector<Isa> paths() { return test::tested_paths(); }
 
 // A q8 or q4 weight [n, ld] (q4: packed two a byte, ld even) with fp16 block
 // scales, and the same scales widened to fp32 for the same-bits comparison.
@@ -147,7 +145,7 @@ const Shape3 kShapes[] = {{1, 16, 16},  {7, 48, 16},  {17, 80, 16},  {9, 32, 32}
 
 TEST(WeightGemmF16Scales, MatchesFp64EveryFormatShapeAndIsa) {
   std::mt19937 rng(31);
-  for (Isa isa : paths())
+  for (Isa isa : test::tested_paths())
     for (WeightFormat f : {WeightFormat::q8, WeightFormat::q4})
       for (bool int8 : {false, true})
         for (int64_t M = 1; M <= 5; ++M)
@@ -157,7 +155,7 @@ TEST(WeightGemmF16Scales, MatchesFp64EveryFormatShapeAndIsa) {
 TEST(WeightGemmF16Scales, MatchesFp64AtStoriesSize) {
   // Stories110M's w1 (N 2048, K 768, blocks of 32): decode's shape.
   std::mt19937 rng(32);
-  for (Isa isa : paths())
+  for (Isa isa : test::tested_paths())
     for (WeightFormat f : {WeightFormat::q8, WeightFormat::q4})
       for (bool int8 : {false, true}) check_case(isa, f, int8, 1, 2048, 768, 32, rng);
 }
@@ -165,7 +163,7 @@ TEST(WeightGemmF16Scales, MatchesFp64AtStoriesSize) {
 TEST(WeightGemmF16Scales, SubnormalScales) {
   // Scales under fp16's smallest normal (6.1e-5) are subnormal halves: still exact once widened.
   std::mt19937 rng(33);
-  for (Isa isa : paths())
+  for (Isa isa : test::tested_paths())
     for (WeightFormat f : {WeightFormat::q8, WeightFormat::q4})
       for (bool int8 : {false, true}) check_case(isa, f, int8, 2, 33, 96, 32, rng, /*tiny_scales=*/true);
 }
@@ -174,7 +172,7 @@ TEST(WeightGemmF16Scales, SubnormalScales) {
 // fp32, on every path, format, activation mode and row count.
 TEST(WeightGemmF16Scales, SameBitsAsTheSameScalesInFp32) {
   std::mt19937 rng(34);
-  for (Isa isa : paths())
+  for (Isa isa : test::tested_paths())
     for (WeightFormat f : {WeightFormat::q8, WeightFormat::q4})
       for (ActivationQuant aq : {ActivationQuant::none, ActivationQuant::int8})
         for (int64_t M : {1, 2, 3, 4, 5, 17})

@@ -34,8 +34,6 @@ using test::QuantRow;
 using test::quantize_row;
 
 constexpr double kU = 0x1p-24;  // fp32 unit roundoff
-// The paths this CPU runs (the others named on stdout as skipped).
-std::vector<Isa> paths() { return test::tested_paths(); }
 
 // A q4 weight [n, ld]: the values (one int a value, for the reference), the
 // packed bytes and the block scales.
@@ -149,7 +147,7 @@ const KB kShapes[] = {{2, 2},    {18, 2},  {12, 4},   {100, 4},  {24, 8},   {200
 
 TEST(WeightGemmInt4, MatchesFp64EveryShapeAndIsa) {
   std::mt19937 rng(41);
-  for (Isa isa : paths())
+  for (Isa isa : test::tested_paths())
     for (int64_t M : {1, 2, 3, 4, 37})
       for (int64_t N : {1, 3, 67})
         for (KB s : kShapes) check_case(isa, M, N, s.k, s.block, Activation::none, false, rng);
@@ -157,7 +155,7 @@ TEST(WeightGemmInt4, MatchesFp64EveryShapeAndIsa) {
 
 TEST(WeightGemmInt4, Int8ActivationsMatchFp64ModelOfTheScheme) {
   std::mt19937 rng(42);
-  for (Isa isa : paths())
+  for (Isa isa : test::tested_paths())
     for (int64_t M : {1, 2, 3, 4, 37})
       for (int64_t N : {1, 3, 67})
         for (KB s : kShapes) check_case(isa, M, N, s.k, s.block, Activation::none, true, rng);
@@ -165,7 +163,7 @@ TEST(WeightGemmInt4, Int8ActivationsMatchFp64ModelOfTheScheme) {
 
 TEST(WeightGemmInt4, Epilogues) {
   std::mt19937 rng(43);
-  for (Isa isa : paths())
+  for (Isa isa : test::tested_paths())
     for (int64_t M : {1, 4, 37})
       for (Activation act : {Activation::silu, Activation::relu})
         for (bool int8 : {false, true}) {
@@ -185,7 +183,7 @@ TEST(WeightGemmInt4, ExtremeNibbles) {
       w.v[size_t(j * K + i)] = j == 0 ? -8 : j == 1 ? 7 : j == 2 ? (i % 2 ? 7 : -8) : j == 3 ? (i % 2 ? -8 : 7)
                                                                                                : (i % 3 ? -8 : 7);
   w.packed = pack(w.v);
-  for (Isa isa : paths())
+  for (Isa isa : test::tested_paths())
     for (int64_t M : {1, 2, 4, 37})
       for (bool int8 : {false, true}) {
         std::vector<float> a(size_t(M * K));
@@ -210,7 +208,7 @@ TEST(WeightGemmInt4, ExtremeNibbles) {
 TEST(WeightGemmInt4, BitsDoNotDependOnThreads) {
   std::mt19937 rng(44);
   const int64_t N = 2048 + 17, K = 768;
-  for (Isa isa : paths())
+  for (Isa isa : test::tested_paths())
     for (int64_t block : {32, 64, 48}) {
       const Q4 w = make_q4(N, K, K, block, rng);
       for (int64_t M : {1, 2, 3, 4, 37})
@@ -238,7 +236,7 @@ TEST(WeightGemmInt4, BitsDoNotDependOnThreads) {
 // (the values themselves are checked against fp64 above).
 TEST(WeightGemmInt4, SameBitsAsQ8WithTheSameValues) {
   std::mt19937 rng(45);
-  for (Isa isa : paths())
+  for (Isa isa : test::tested_paths())
     for (KB s : {KB{768, 32}, KB{96, 48}, KB{18, 2}})
       for (int64_t M : {1, 3, 37})
         for (ActivationQuant aq : {ActivationQuant::none, ActivationQuant::int8}) {

@@ -37,8 +37,6 @@ using test::QuantRow;
 using test::quantize_row;
 
 constexpr double kU = 0x1p-24;  // fp32 unit roundoff
-// The paths this CPU runs (the others named on stdout as skipped).
-std::vector<Isa> paths() { return test::tested_paths(); }
 
 // A q8 weight [n, ld] with its block scales.
 struct Q8 {
@@ -141,7 +139,7 @@ const KB kShapes[] = {{16, 16},  {32, 32},  {64, 64},   {48, 16},   {80, 16},  {
 
 TEST(WeightGemmInt8, MatchesFp64EveryShapeAndIsa) {
   std::mt19937 rng(21);
-  for (Isa isa : paths())
+  for (Isa isa : test::tested_paths())
     for (int64_t M : {1, 2, 3, 4})
       for (int64_t N : {1, 3, 65})
         for (KB s : kShapes) check_case(isa, M, N, s.k, s.block, Activation::none, rng);
@@ -149,7 +147,7 @@ TEST(WeightGemmInt8, MatchesFp64EveryShapeAndIsa) {
 
 TEST(WeightGemmInt8, EpilogueZeroBlocksAndScales) {
   std::mt19937 rng(22);
-  for (Isa isa : paths())
+  for (Isa isa : test::tested_paths())
     for (int64_t M : {1, 3, 4})
       for (Activation act : {Activation::silu, Activation::relu}) {
         check_case(isa, M, 65, 768, 32, act, rng, 1, /*zero_blocks=*/true);
@@ -165,7 +163,7 @@ TEST(WeightGemmInt8, EpilogueZeroBlocksAndScales) {
 // Stories110M's shapes, decode.
 TEST(WeightGemmInt8, MatchesFp64AtStoriesSize) {
   std::mt19937 rng(23);
-  for (Isa isa : paths())
+  for (Isa isa : test::tested_paths())
     for (KB s : {KB{768, 32}, KB{2048, 32}, KB{768, 64}})
       for (int64_t M : {1, 4}) check_case(isa, M, 2048, s.k, s.block, Activation::none, rng);
 }
@@ -173,7 +171,7 @@ TEST(WeightGemmInt8, MatchesFp64AtStoriesSize) {
 // Weights of -128 and 127 only, activations hitting ±127: block sums at
 // their largest (|Σ| <= 32·128·127, exact in int32 and in fp32).
 TEST(WeightGemmInt8, ExtremeValues) {
-  for (Isa isa : paths())
+  for (Isa isa : test::tested_paths())
     for (int64_t M : {1, 2, 4}) {
       const int64_t N = 6, K = 96, block = 32;
       Q8 w{N, K, K, block, std::vector<int8_t>(size_t(N * K)), std::vector<float>(size_t(N * 3), 1.0f)};
@@ -207,7 +205,7 @@ TEST(WeightGemmInt8, ExtremeValues) {
 // rounding ties included (activations k/2 steps apart).
 TEST(WeightGemmInt8, QuantizedActivationsAreExactlyTheScheme) {
   std::mt19937 rng(24);
-  for (Isa isa : paths())
+  for (Isa isa : test::tested_paths())
     for (int64_t block : {4, 16, 32, 64, 12}) {
       const int64_t K = block * 4, N = K;
       for (int8_t wv : {int8_t(1), int8_t(-128), int8_t(127)}) {
@@ -237,7 +235,7 @@ TEST(WeightGemmInt8, QuantizedActivationsAreExactlyTheScheme) {
 // product would be); the other rows are untouched by it.
 TEST(WeightGemmInt8, NonFiniteActivationsGiveNaN) {
   std::mt19937 rng(25);
-  for (Isa isa : paths())
+  for (Isa isa : test::tested_paths())
     for (float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
       const int64_t M = 3, N = 19, K = 128;
       const Q8 w = make_q8(N, K, K, 32, rng);
@@ -256,7 +254,7 @@ TEST(WeightGemmInt8, NonFiniteActivationsGiveNaN) {
 TEST(WeightGemmInt8, BitsDoNotDependOnThreads) {
   std::mt19937 rng(26);
   const int64_t N = 2048 + 17, K = 768;
-  for (Isa isa : paths())
+  for (Isa isa : test::tested_paths())
     for (int64_t block : {32, 64, 48}) {
       const Q8 w = make_q8(N, K, K, block, rng);
       for (int64_t M : {1, 2, 3, 4}) {
@@ -282,7 +280,7 @@ TEST(WeightGemmInt8, BitsDoNotDependOnThreads) {
 TEST(WeightGemmInt8, RepeatedCallDoesNotAllocate) {
   std::mt19937 rng(27);
   const int64_t N = 1000, K = 256;
-  for (Isa isa : paths())
+  for (Isa isa : test::tested_paths())
     for (int t : {1, 2})
       for (int64_t M : {1, 4}) {
         set_num_threads(t);
@@ -301,7 +299,7 @@ TEST(WeightGemmInt8, PanelsAndOtherFormatsUnaffected) {
   std::mt19937 rng(28);
   const int64_t N = 70, K = 96;
   const Q8 w = make_q8(N, K, K, 32, rng);
-  for (Isa isa : paths()) {
+  for (Isa isa : test::tested_paths()) {
     for (int64_t M : {5, 17}) {
       const std::vector<float> a = randv(size_t(M * K), 1, rng);
       std::vector<float> exact(size_t(M * N)), opt(size_t(M * N));
