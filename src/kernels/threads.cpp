@@ -190,7 +190,7 @@ int default_cpu_count() {
 }
 
 int pass_threads(int64_t elements, int64_t pieces) {
-  if (elements < (int64_t(1) << 16) || omp_in_parallel()) return 1;
+  if (elements < (int64_t(1) << 16) || in_parallel()) return 1;
   return int(std::max<int64_t>(1, std::min<int64_t>(num_threads(), pieces)));
 }
 

@@ -16,6 +16,11 @@ namespace milrt::kernels {
 int num_threads();
 void set_num_threads(int n);
 
+// True inside an OpenMP parallel region or a kernels::pool_for body
+// (thread_pool.h): kernels called there run serially instead of starting
+// threads of their own.
+bool in_parallel();
+
 // Threads for a memory-bound pass over `elements` values split into at most
 // `pieces` independent parts: 1 inside a parallel region or below 2^16
 // values, where waking the threads costs more than they save; else up to

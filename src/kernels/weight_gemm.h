@@ -9,10 +9,9 @@
 // Two paths, chosen by M (the rows of A):
 //  - streaming (M <= a few rows, decode): every weight row is read once and
 //    dotted with all M rows of A; rows of W are split over num_threads()
-//    OpenMP threads in blocks of 64, unless one thread would stream them in
-//    less time than two parallel regions cost (measured once per thread
-//    count: 40-45 us with OMP_WAIT_POLICY=passive on a VM, where the sleeping
-//    workers are woken through the hypervisor; about 1 us when they spin).
+//    threads of the persistent pool (thread_pool.h) in blocks of 64, unless
+//    one thread would stream them in less time than two pool regions cost
+//    (measured once per thread count; about 1 us while the workers spin).
 //    Each output is summed in one fixed order, so the bits do not depend on
 //    the thread count.
 //  - panels (larger M, prefill): a panel of W rows (sized to stay in L2) is
@@ -21,7 +20,8 @@
 //    WeightRef::math; panels are spread over threads (or, when there are fewer
 //    panels than threads, gemm spreads each one). gemm's bits do not depend on
 //    the thread count or the N split, so neither do these.
-// Called from inside a parallel region, weight_gemm runs serially.
+// Called inside in_parallel() (an OpenMP region or a pool task), weight_gemm
+// runs serially.
 //
 // Paths (isa): avx512 and amx run the AVX-512 streaming rows and panel
 // widening (vcvtph2ps for fp16, a 16-bit shift for bf16, vpmovsxbd +

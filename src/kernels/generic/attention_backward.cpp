@@ -85,7 +85,7 @@ int attention_slice_threads(int64_t n, double macs_per_slice, double kv_bytes_pe
   // unless the slices stream a KV cache (Stories110M decoding, 12 heads of
   // 256 cached keys: 64 -> 39 µs per layer on 2 threads).
   const bool small = double(n) * macs_per_slice < double(1 << 20) && double(n) * kv_bytes_per_slice < double(1 << 20);
-  return omp_in_parallel() || small ? 1 : int(std::min<int64_t>(n, num_threads()));
+  return in_parallel() || small ? 1 : int(std::min<int64_t>(n, num_threads()));
 }
 
 void attention_backward_f32(const float* q, const float* k, const float* v, const float* o, const float* dout,

@@ -17,6 +17,7 @@
 #pragma once
 
 #include "kernels/generic/attention.h"
+#include "kernels/thread_pool.h"
 
 namespace milrt::kernels {
 
@@ -39,10 +40,13 @@ void attention_backward_f32(const float* q, const float* k, const float* v, cons
 int attention_slice_threads(int64_t n, double macs_per_slice, double kv_bytes_per_slice);
 
 // Runs body(slice) for every slice in [0, n) on attention_slice_threads()
-// OpenMP threads. Each slice is computed whole by one thread, so results do
-// not depend on the thread count; body must not throw. A template, so that
-// a run allocates nothing (a std::function would hold a large closure on
-// the heap, once per call: per layer per decoded token).
+// threads: the persistent pool's (thread_pool.h) when all slices together
+// hold fewer than 2^24 multiply-adds (decoding over a KV cache, about 20-70
+// µs a layer, too short for waking OpenMP's sleeping workers), OpenMP's
+// otherwise. Each slice is computed whole by one thread, so results do not
+// depend on the thread count; body must not throw. A template, so that a run
+// allocates nothing (a std::function would hold a large closure on the heap,
+// once per call: per layer per decoded token).
 template <class Body>
 void for_each_attention_slice(int64_t n, double macs_per_slice, double kv_bytes_per_slice, const Body& body) {
   const int threads = attention_slice_threads(n, macs_per_slice, kv_bytes_per_slice);
@@ -50,6 +54,7 @@ void for_each_attention_slice(int64_t n, double macs_per_slice, double kv_bytes_
     for (int64_t b = 0; b < n; ++b) body(b);
     return;
   }
+  if (double(n) * macs_per_slice < double(1 << 24)) return pool_for(threads, n, body);
   // Slices differ in cost only through their masks; dynamic evens that out.
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
   for (int64_t b = 0; b < n; ++b) body(b);

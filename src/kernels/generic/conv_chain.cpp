@@ -136,7 +136,7 @@ void ConvChainKernel::run(const float* x, float* y) const {
   const int64_t tasks = batch_ * tiles_;
   int threads = 1;
   // A single tile runs alone, and its GEMMs may use the threads themselves.
-  if (tasks > 1 && macs_ >= kMinParallelMacs && !omp_in_parallel())
+  if (tasks > 1 && macs_ >= kMinParallelMacs && !in_parallel())
     threads = int(std::min<int64_t>(num_threads(), tasks));
   if (threads <= 1) {
     for (int64_t t = 0; t < tasks; ++t) run_tile(x, y, t);

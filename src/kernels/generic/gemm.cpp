@@ -511,7 +511,7 @@ void run_blocked(const KernelSet& ks, const Operands& op) {
   auto block_row = [&](int64_t b) { return std::min(M, b * tiles_m / tasks_m * ks.mr); };
 
   int threads = 1;
-  if (double(M) * double(N) * double(K) >= kMinParallelMacs && !omp_in_parallel()) threads = num_threads();
+  if (double(M) * double(N) * double(K) >= kMinParallelMacs && !in_parallel()) threads = num_threads();
   // N chunks of whole panels, as even as panels allow; with threads, at least
   // two tasks per thread so that uneven ones even out.
   int64_t tasks_n = (N + ks.nc - 1) / ks.nc;

@@ -61,7 +61,7 @@ inline void finish_outputs(int64_t j0, int64_t n, const float* dot, float* y, co
 // Threads for a product of N·K multiply-adds in `blocks` independent blocks.
 int gemv_threads(int64_t N, int64_t K, int64_t blocks) {
   int threads = 1;
-  if (double(N) * double(K) >= kMinParallelMacs && !omp_in_parallel()) threads = num_threads();
+  if (double(N) * double(K) >= kMinParallelMacs && !in_parallel()) threads = num_threads();
   return int(std::min<int64_t>(threads, blocks));
 }
 

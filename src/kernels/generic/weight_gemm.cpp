@@ -8,8 +8,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cstring>
 #include <limits>
 #include <new>
@@ -19,6 +17,7 @@
 #include "kernels/gemm_micro.h"
 #include "kernels/generic/multiversion.h"
 #include "kernels/grow_buffer.h"
+#include "kernels/thread_pool.h"
 #include "kernels/threads.h"
 #include "milrt/dtype.h"
 #include "milrt/error.h"
@@ -367,36 +366,6 @@ void finish(const float* dot, int64_t ldd, int M, int64_t row0, int64_t j0, int6
 
 // ---- streaming path -------------------------------------------------------------
 
-// What one parallel region of `threads` threads costs when the team is idle
-// between products, measured once per thread count: the median of five
-// empty regions, each after 20 us of work on this thread (about the gap
-// between two decode products). With OMP_WAIT_POLICY=passive the workers
-// sleep in the kernel between regions and each region wakes them: measured
-// 40-45 us on the Zen 4 VM (under 1 us when they spin, the default), where a
-// 768 x 768 int8 product takes 30-40 us on one thread.
-double region_seconds(int threads) {
-  constexpr int kMax = 1024;
-  static std::atomic<int64_t> ns[kMax + 1];  // 0: not measured yet
-  threads = std::clamp(threads, 1, kMax);
-  if (int64_t v = ns[threads].load(std::memory_order_relaxed); v > 0) return double(v) * 1e-9;
-  using clock = std::chrono::steady_clock;
-  std::atomic<int> sink{0};
-#pragma omp parallel num_threads(threads)
-  sink.fetch_add(1, std::memory_order_relaxed);  // the team exists before timing
-  double t[5];
-  for (double& s : t) {
-    for (const auto t0 = clock::now(); clock::now() - t0 < std::chrono::microseconds(20);) {
-    }
-    const auto t0 = clock::now();
-#pragma omp parallel num_threads(threads)
-    sink.fetch_add(1, std::memory_order_relaxed);
-    s = std::chrono::duration<double>(clock::now() - t0).count();
-  }
-  std::sort(t, t + 5);
-  ns[threads].store(std::max<int64_t>(1, int64_t(t[2] * 1e9)), std::memory_order_relaxed);
-  return t[2];
-}
-
 // Weights one thread streams per second, roughly (Zen 4, W from DRAM,
 // bench_weight_gemm): enough to tell a product worth a parallel region from
 // one that is not. q4 runs at about q8's values per second (unpacking costs
@@ -415,14 +384,18 @@ double stream_values_per_second(const WeightRef& w, bool int8) {
 
 // Threads for streaming W against M rows: num_threads() split over the
 // blocks of rows, but one when the product is small (kMinParallelMacs) or
-// would take less than two parallel regions on one thread: with t threads it
+// would take less than two pool regions on one thread: with t threads it
 // takes T / t + region, so a second thread pays only from T > 2 · region.
+// The streaming products run on the thread pool (thread_pool.h), not OpenMP:
+// with OMP_WAIT_POLICY=passive each OpenMP region wakes the sleeping workers
+// through the hypervisor, 40-45 us on the Zen 4 VM, as long as a 768 x 768
+// int8 product takes on one thread; the pool's workers are still spinning.
 int stream_threads(int64_t M, const WeightRef& w, int64_t blocks, bool int8) {
-  if (double(M) * double(w.n) * double(w.k) < kMinParallelMacs || omp_in_parallel()) return 1;
+  if (double(M) * double(w.n) * double(w.k) < kMinParallelMacs || in_parallel()) return 1;
   const int threads = int(std::min<int64_t>(num_threads(), blocks));
   if (threads <= 1) return 1;
   const double seconds = double(w.n) * double(w.k) / stream_values_per_second(w, int8);
-  return seconds < 2 * region_seconds(threads) ? 1 : threads;
+  return seconds < 2 * pool_region_seconds(threads) ? 1 : threads;
 }
 
 void stream(int64_t M, const float* a, int64_t lda, const WeightRef& w, float* c, int64_t ldc, const Epilogue& ep,
@@ -479,8 +452,7 @@ void stream(int64_t M, const float* a, int64_t lda, const WeightRef& w, float* c
     for (int64_t b = 0; b < blocks; ++b) block(b);
     return;
   }
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t b = 0; b < blocks; ++b) block(b);
+  pool_for(threads, blocks, block);
 }
 
 // ---- panel path -----------------------------------------------------------------
@@ -557,7 +529,7 @@ void panels(int64_t M, const float* a, int64_t lda, const WeightRef& w, float* c
   // dynamic: every thread then runs a panel on every call, so the first call
   // sizes every thread's scratch (with dynamic, a thread that a busy machine
   // starved of panels allocated on a later call).
-  const int threads = omp_in_parallel() ? 1 : num_threads();
+  const int threads = in_parallel() ? 1 : num_threads();
   if (threads <= 1 || count < threads) {
     for (int64_t p = 0; p < count; ++p) panel(p);
     return;
