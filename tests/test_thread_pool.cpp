@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/generic/attention_backward.h"
 #include "kernels/thread_pool.h"
 
 namespace milrt::kernels {
@@ -135,6 +136,35 @@ TEST(ThreadPool, RegionCostIsMeasured) {
   const double s = pool_region_seconds(2);
   EXPECT_LT(s, 0.1) << "an empty two-thread job should not take 100 ms";
   EXPECT_EQ(pool_region_seconds(2), s) << "measured once per thread count";
+}
+
+// Decode's attention (threads there for the KV cache) runs on the pool;
+// training's (threads there for the arithmetic) stays on OpenMP with the GEMMs
+// around it, where a spinning pool worker would compete with OpenMP's. (The
+// plan, not the template: this file is not compiled with OpenMP, so the
+// template's OpenMP loop would run serially here.)
+TEST(ThreadPool, AttentionSlicesRunOnThePoolOnlyWhenDecoding) {
+  set_num_threads(2);
+  // Stories110M decoding: 12 heads, 256 cached keys of 64 (K and V in fp32).
+  AttentionSlicePlan p = attention_slice_plan(12, 256 * 128, 256 * 64 * 4 * 2);
+  EXPECT_EQ(p.threads, 2);
+  EXPECT_TRUE(p.on_pool);
+  std::atomic<int> on_pool{0};
+  for_each_attention_slice(12, 256 * 128, 256 * 64 * 4 * 2, [&](int64_t) {
+    if (in_parallel()) on_pool.fetch_add(1);
+  });
+  EXPECT_EQ(on_pool.load(), 12);
+  // The default config's training: 4 heads, T = 128, 32 per head.
+  p = attention_slice_plan(4, 128.0 * 128 * 64, 128 * 32 * 4 * 2);
+  EXPECT_EQ(p.threads, 2);
+  EXPECT_FALSE(p.on_pool);
+  // Too little of either: one thread; inside a pool job: one thread.
+  EXPECT_EQ(attention_slice_plan(4, 1000, 1000).threads, 1);
+  pool_for(2, 2, [&](int64_t) {
+    if (attention_slice_plan(12, 256 * 128, 256 * 64 * 4 * 2).threads != 1) on_pool.fetch_add(1000);
+  });
+  EXPECT_EQ(on_pool.load(), 12);
+  set_num_threads(0);
 }
 
 }  // namespace

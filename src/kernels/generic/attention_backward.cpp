@@ -5,7 +5,6 @@
 #include <limits>
 #include <vector>
 
-#include <omp.h>
 
 #include "kernels/gemm.h"
 #include "kernels/generic/softmax.h"
@@ -79,13 +78,15 @@ float* attention_thread_scratch(size_t floats) {
   return buf.data();
 }
 
-int attention_slice_threads(int64_t n, double macs_per_slice, double kv_bytes_per_slice) {
+AttentionSlicePlan attention_slice_plan(int64_t n, double macs_per_slice, double kv_bytes_per_slice) {
   // The GEMM's threshold: below it a parallel region costs more than it saves
   // (config tiny, 4 heads of 16 at T = 64: forward 72 -> 60 µs per call),
   // unless the slices stream a KV cache (Stories110M decoding, 12 heads of
   // 256 cached keys: 64 -> 39 µs per layer on 2 threads).
-  const bool small = double(n) * macs_per_slice < double(1 << 20) && double(n) * kv_bytes_per_slice < double(1 << 20);
-  return in_parallel() || small ? 1 : int(std::min<int64_t>(n, num_threads()));
+  const double macs = double(n) * macs_per_slice, kv_bytes = double(n) * kv_bytes_per_slice;
+  constexpr double kMinMacs = double(1 << 20), kMinKvBytes = double(1 << 20);
+  if (in_parallel() || (macs < kMinMacs && kv_bytes < kMinKvBytes)) return {};
+  return {int(std::min<int64_t>(n, num_threads())), macs < kMinMacs};
 }
 
 void attention_backward_f32(const float* q, const float* k, const float* v, const float* o, const float* dout,

@@ -31,32 +31,38 @@ void attention_backward_f32(const float* q, const float* k, const float* v, cons
                             const float* lse, float* dq, float* dk, float* dv, const AttentionShape& s,
                             const AttentionMask& mask);
 
-// The threads for n slices of attention: 1 inside a parallel region, or
-// when all slices together hold fewer than 2^20 multiply-adds
-// (`macs_per_slice` each) and read fewer than 1 MiB of keys and values
-// (`kv_bytes_per_slice` each), where waking the threads costs more than they
-// save (decoding does little arithmetic per byte of its KV cache, and two
-// threads read it about twice as fast); else up to num_threads().
-int attention_slice_threads(int64_t n, double macs_per_slice, double kv_bytes_per_slice);
+// How n slices of attention are spread: on `threads` threads (1 inside a
+// parallel region, or when all slices together hold fewer than 2^20
+// multiply-adds (`macs_per_slice` each) and read fewer than 1 MiB of keys and
+// values (`kv_bytes_per_slice` each), where waking the threads costs more
+// than they save; else up to num_threads()), and on the persistent pool
+// (thread_pool.h) when the threads are there for the KV cache alone (fewer
+// than 2^20 multiply-adds: decoding, 20-70 µs a layer, too short for waking
+// OpenMP's sleeping workers; two threads read the cache about twice as fast).
+// Training's attention stays on OpenMP with the GEMMs around it: a pool
+// worker spinning beside OpenMP's spinning workers (the default wait policy)
+// made a small model's training step 5x slower on 2 cores.
+struct AttentionSlicePlan {
+  int threads = 1;
+  bool on_pool = false;
+};
+AttentionSlicePlan attention_slice_plan(int64_t n, double macs_per_slice, double kv_bytes_per_slice);
 
-// Runs body(slice) for every slice in [0, n) on attention_slice_threads()
-// threads: the persistent pool's (thread_pool.h) when all slices together
-// hold fewer than 2^24 multiply-adds (decoding over a KV cache, about 20-70
-// µs a layer, too short for waking OpenMP's sleeping workers), OpenMP's
-// otherwise. Each slice is computed whole by one thread, so results do not
-// depend on the thread count; body must not throw. A template, so that a run
-// allocates nothing (a std::function would hold a large closure on the heap,
-// once per call: per layer per decoded token).
+// Runs body(slice) for every slice in [0, n) as attention_slice_plan() says.
+// Each slice is computed whole by one thread, so results do not depend on
+// the thread count; body must not throw. A template, so that a run allocates
+// nothing (a std::function would hold a large closure on the heap, once per
+// call: per layer per decoded token).
 template <class Body>
 void for_each_attention_slice(int64_t n, double macs_per_slice, double kv_bytes_per_slice, const Body& body) {
-  const int threads = attention_slice_threads(n, macs_per_slice, kv_bytes_per_slice);
-  if (threads <= 1) {
+  const AttentionSlicePlan plan = attention_slice_plan(n, macs_per_slice, kv_bytes_per_slice);
+  if (plan.threads <= 1) {
     for (int64_t b = 0; b < n; ++b) body(b);
     return;
   }
-  if (double(n) * macs_per_slice < double(1 << 24)) return pool_for(threads, n, body);
+  if (plan.on_pool) return pool_for(plan.threads, n, body);
   // Slices differ in cost only through their masks; dynamic evens that out.
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+#pragma omp parallel for num_threads(plan.threads) schedule(dynamic, 1)
   for (int64_t b = 0; b < n; ++b) body(b);
 }
 
