@@ -41,8 +41,7 @@ void attention_backward_f32(const float* q, const float* k, const float* v, cons
 // OpenMP's sleeping workers; two threads read the cache about twice as fast).
 // Training's attention stays on OpenMP with the GEMMs around it: a pool
 // worker spinning beside OpenMP's spinning workers (the default wait policy)
-// slowed a small model's training step on 2 cores (5x while the pool's caller
-// waited for late workers, 1.3-1.4x once it took their ranges).
+// made a small model's training step 5x slower on 2 cores.
 struct AttentionSlicePlan {
   int threads = 1;
   bool on_pool = false;
