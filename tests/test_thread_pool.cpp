@@ -146,11 +146,13 @@ TEST(ThreadPool, RegionCostIsMeasured) {
 TEST(ThreadPool, AttentionSlicesRunOnThePoolOnlyWhenDecoding) {
   set_num_threads(2);
   // Stories110M decoding: 12 heads, 256 cached keys of 64 (K and V in fp32).
-  AttentionSlicePlan p = attention_slice_plan(12, 256 * 128, 256 * 64 * 4 * 2);
+  constexpr int64_t kHeads = 12;
+  constexpr double kMacs = 256 * 128, kKvBytes = 256 * 64 * 4 * 2;
+  AttentionSlicePlan p = attention_slice_plan(kHeads, kMacs, kKvBytes);
   EXPECT_EQ(p.threads, 2);
   EXPECT_TRUE(p.on_pool);
   std::atomic<int> on_pool{0};
-  for_each_attention_slice(12, 256 * 128, 256 * 64 * 4 * 2, [&](int64_t) {
+  for_each_attention_slice(kHeads, kMacs, kKvBytes, [&](int64_t) {
     if (in_parallel()) on_pool.fetch_add(1);
   });
   EXPECT_EQ(on_pool.load(), 12);
@@ -161,7 +163,7 @@ TEST(ThreadPool, AttentionSlicesRunOnThePoolOnlyWhenDecoding) {
   // Too little of either: one thread; inside a pool job: one thread.
   EXPECT_EQ(attention_slice_plan(4, 1000, 1000).threads, 1);
   pool_for(2, 2, [&](int64_t) {
-    if (attention_slice_plan(12, 256 * 128, 256 * 64 * 4 * 2).threads != 1) on_pool.fetch_add(1000);
+    if (attention_slice_plan(kHeads, kMacs, kKvBytes).threads != 1) on_pool.fetch_add(1000);
   });
   EXPECT_EQ(on_pool.load(), 12);
   set_num_threads(0);

@@ -1,6 +1,5 @@
 #include "kernels/threads.h"
 
-#include <omp.h>
 
 #include <algorithm>
 #include <atomic>

@@ -5,7 +5,6 @@
 #include <limits>
 #include <vector>
 
-
 #include "kernels/gemm.h"
 #include "kernels/generic/softmax.h"
 #include "kernels/threads.h"

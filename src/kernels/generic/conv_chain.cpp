@@ -1,7 +1,6 @@
 #include "kernels/generic/conv_chain.h"
 
 #include <algorithm>
-#include <omp.h>
 
 #include "kernels/grow_buffer.h"
 #include "kernels/threads.h"

@@ -18,7 +18,6 @@
 #include <string>
 #include <type_traits>
 
-#include <omp.h>
 
 #include "kernels/bf16_bits.h"
 #include "kernels/convert_rows.h"

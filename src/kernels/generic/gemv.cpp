@@ -1,7 +1,6 @@
 #include "kernels/gemv.h"
 #include "kernels/gemm_micro.h"
 
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
