@@ -1,6 +1,7 @@
 // weight_gemm's AVX2 loops (see kernels/weight_gemm.h): weight rows streamed
-// once against up to four rows of A, and panel widening, for CPUs with
-// AVX2+FMA+F16C but no AVX-512 (Zen 1-4 desktops, most laptops). Weights are
+// once against up to four rows of A, and panel widening (the width-generic
+// loops of x86/weight_rows.h on 8 lanes), for CPUs with AVX2+FMA+F16C but no
+// AVX-512 (Zen 1-4 desktops, most laptops). Weights are
 // widened in registers right after the load: fp16 with vcvtph2ps, bf16 by a
 // 16-bit shift into an fp32 word (exact), int8 with vpmovsxbd + vcvtdq2ps
 // (exact). With int8 activations, q8 rows are multiplied by the quantized A
@@ -19,32 +20,16 @@
 
 #define MILRT_AVX2 __attribute__((target("avx2,fma,f16c")))
 
-
-
-
-
-
-
-
-
-
-
-namespace milrt::kernels {
-
 // GCC 12 flags its own `__Y = __Y` idiom in the _mm*_undefined_* intrinsics (GCC bug 105593).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
+#define MILRT_WEIGHT_ROWS_TARGET MILRT_AVX2
+#include "kernels/x86/weight_rows.h"
+
+namespace milrt::kernels {
 namespace {
-
-// Scale b of a row's scales (weight_scale_row), fp16 widened by F16C.
-MILRT_AVX2 inline float scale_at(const void* row, bool f16, int64_t b) {
-  return f16 ? _cvtsh_ss(static_cast<const uint16_t*>(row)[b]) : static_cast<const float*>(row)[b];
-}
-
-template <WeightFormat F>
-constexpr size_t kElemBytes = F == WeightFormat::f32 ? 4 : F == WeightFormat::q8 ? 1 : 2;
 
 // Elements k..k+7 of a row as fp32.
 template <WeightFormat F>
@@ -91,154 +76,34 @@ MILRT_AVX2 inline float reduce8(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
 }
 
-// Streams of a few hundred bytes per row are too short for the hardware
-// prefetcher to ramp up: while a group of R rows is read, the same cache line
-// of the next group's rows (`ahead` bytes on) is requested. Measured on the
-// AVX2 VM (bench_weight_gemm, 1 thread, weights evicted): q8 rows 25-55% faster.
-// A prefetch past the matrix's end is harmless (it never faults).
-template <int R, class T>
-MILRT_AVX2 inline void prefetch_next_group(T* const* row, size_t ahead, size_t byte) {
-  for (int r = 0; r < R; ++r)
-    _mm_prefetch(reinterpret_cast<const char*>(row[r]) + ahead + byte, _MM_HINT_T0);
-}
-
-// R weight rows from row j against M rows of A, one 8-lane accumulator per
-// (row, A row): element k goes to lane k % 8; the masked tail of K adds into
-// the same accumulator. R·M accumulators + M rows of A + one weight stay in
-// the 16 ymm registers.
-template <WeightFormat F, int M, int R>
-MILRT_AVX2 void rows_plain(const WeightRef& w, int64_t j, const float* a, int64_t lda, float* out, int64_t ldo,
-                           int64_t col) {
-  const int64_t K = w.k;
-  const void* row[R];
-  for (int r = 0; r < R; ++r)
-    row[r] = static_cast<const std::byte*>(w.data) + size_t(j + r) * size_t(w.ld) * kElemBytes<F>;
-  __m256 acc[R][M];
-  for (int r = 0; r < R; ++r)
-    for (int m = 0; m < M; ++m) acc[r][m] = _mm256_setzero_ps();
-  constexpr int64_t kLine = 64 / kElemBytes<F>;  // elements per cache line
-  const size_t ahead = size_t(R) * size_t(w.ld) * kElemBytes<F>;
-  int64_t k = 0;
-  for (; k + 8 <= K; k += 8) {
-    if (R > 1 && k % kLine == 0) prefetch_next_group<R>(row, ahead, size_t(k) * kElemBytes<F>);
-    __m256 x[M];
-    for (int m = 0; m < M; ++m) x[m] = _mm256_loadu_ps(a + m * lda + k);
-    for (int r = 0; r < R; ++r) {
-      const __m256 wv = load8<F>(row[r], k);
-      for (int m = 0; m < M; ++m) acc[r][m] = _mm256_fmadd_ps(x[m], wv, acc[r][m]);
-    }
+// The width's operations for the loops of x86/weight_rows.h.
+struct Avx2Lanes {
+  using V = __m256;
+  static constexpr int kWidth = 8;
+  // One accumulator per (row, A row): with 16 ymm, eight rows' accumulators,
+  // a row of A and a weight vector already fill them.
+  static constexpr int kAccs = 1;
+  static constexpr bool kPrefetchNextGroup = true;
+  MILRT_AVX2 static V zero() { return _mm256_setzero_ps(); }
+  MILRT_AVX2 static V set1(float x) { return _mm256_set1_ps(x); }
+  MILRT_AVX2 static V add(V x, V y) { return _mm256_add_ps(x, y); }
+  MILRT_AVX2 static V mul(V x, V y) { return _mm256_mul_ps(x, y); }
+  MILRT_AVX2 static V fmadd(V x, V y, V z) { return _mm256_fmadd_ps(x, y, z); }
+  MILRT_AVX2 static float reduce(V x) { return reduce8(x); }
+  MILRT_AVX2 static __m256i tail_mask(int64_t left) { return kernels::tail_mask(left); }
+  MILRT_AVX2 static V load_a(const float* p) { return _mm256_loadu_ps(p); }
+  MILRT_AVX2 static V load_a_tail(const float* p, __m256i m) { return _mm256_maskload_ps(p, m); }
+  template <WeightFormat F>
+  MILRT_AVX2 static V load_w(const void* row, int64_t k) {
+    return load8<F>(row, k);
   }
-  if (k < K) {
-    const __m256i mk = tail_mask(K - k);
-    __m256 x[M];
-    for (int m = 0; m < M; ++m) x[m] = _mm256_maskload_ps(a + m * lda + k, mk);
-    for (int r = 0; r < R; ++r) {
-      const __m256 wv = load_tail<F>(row[r], k, K - k, mk);
-      for (int m = 0; m < M; ++m) acc[r][m] = _mm256_fmadd_ps(x[m], wv, acc[r][m]);
-    }
+  template <WeightFormat F>
+  MILRT_AVX2 static V load_w_tail(const void* row, int64_t k, int64_t left, __m256i m) {
+    return load_tail<F>(row, k, left, m);
   }
-  for (int r = 0; r < R; ++r)
-    for (int m = 0; m < M; ++m) out[m * ldo + col + r] = reduce8(acc[r][m]);
-}
-
-// q8 with block % 8 == 0 (so K % 8 == 0): per block, Σ a·q in 8 lanes, then
-// one multiply-add by the block's scale into the row's accumulator.
-template <int M, int R>
-MILRT_AVX2 void rows_q8(const WeightRef& w, int64_t j, const float* a, int64_t lda, float* out, int64_t ldo,
-                        int64_t col) {
-  const int64_t K = w.k, block = w.block, nb = K / block;
-  const int8_t* row[R];
-  const void* sc[R];
-  const bool f16 = w.scale_type == ElemType::f16;
-  for (int r = 0; r < R; ++r) {
-    row[r] = static_cast<const int8_t*>(w.data) + (j + r) * w.ld;
-    sc[r] = weight_scale_row(w, j + r);
-  }
-  __m256 acc[R][M];
-  for (int r = 0; r < R; ++r)
-    for (int m = 0; m < M; ++m) acc[r][m] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    __m256 bd[R][M];
-    for (int r = 0; r < R; ++r)
-      for (int m = 0; m < M; ++m) bd[r][m] = _mm256_setzero_ps();
-    if (R > 1 && (b * block) % 64 == 0) prefetch_next_group<R>(row, size_t(R) * size_t(w.ld), size_t(b * block));
-    for (int64_t k = b * block; k < (b + 1) * block; k += 8) {
-      __m256 x[M];
-      for (int m = 0; m < M; ++m) x[m] = _mm256_loadu_ps(a + m * lda + k);
-      for (int r = 0; r < R; ++r) {
-        const __m256 q = load8<WeightFormat::q8>(row[r], k);
-        for (int m = 0; m < M; ++m) bd[r][m] = _mm256_fmadd_ps(x[m], q, bd[r][m]);
-      }
-    }
-    for (int r = 0; r < R; ++r) {
-      const __m256 s = _mm256_set1_ps(scale_at(sc[r], f16, b));
-      for (int m = 0; m < M; ++m) acc[r][m] = _mm256_fmadd_ps(bd[r][m], s, acc[r][m]);
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int m = 0; m < M; ++m) out[m * ldo + col + r] = reduce8(acc[r][m]);
-}
-
-// Weight rows per group: eight for one row of A (eight streams in flight and
-// independent FMA chains), four for two, two for three or four, so the
-// accumulators fit in 16 ymm. q8's block sums take as many registers again:
-// the compiler then keeps a few row accumulators on the stack, touched once
-// per block, while the inner loop stays in registers (on Zen 3, eight q8 rows
-// with those spills beat four without: 17 vs 14 G weights/s from L2). Leftover
-// rows go one by one; a row's sums do not depend on which group it is in.
-template <WeightFormat F, int M>
-MILRT_AVX2 void rows_m(const WeightRef& w, int64_t j0, int64_t j1, const float* a, int64_t lda, float* out,
-                       int64_t ldo) {
-  constexpr int R = M == 1 ? 8 : M == 2 ? 4 : 2;
-  int64_t j = j0;
-  if constexpr (F == WeightFormat::q8) {
-    for (; j + R <= j1; j += R) rows_q8<M, R>(w, j, a, lda, out, ldo, j - j0);
-    for (; j < j1; ++j) rows_q8<M, 1>(w, j, a, lda, out, ldo, j - j0);
-  } else {
-    for (; j + R <= j1; j += R) rows_plain<F, M, R>(w, j, a, lda, out, ldo, j - j0);
-    for (; j < j1; ++j) rows_plain<F, M, 1>(w, j, a, lda, out, ldo, j - j0);
-  }
-}
-
-template <WeightFormat F>
-MILRT_AVX2 void rows_f(const WeightRef& w, int64_t j0, int64_t j1, int M, const float* a, int64_t lda, float* out,
-                       int64_t ldo) {
-  // M > 4 never reaches here (the driver streams at most four rows at once).
-  switch (M) {
-    case 1: rows_m<F, 1>(w, j0, j1, a, lda, out, ldo); break;
-    case 2: rows_m<F, 2>(w, j0, j1, a, lda, out, ldo); break;
-    case 3: rows_m<F, 3>(w, j0, j1, a, lda, out, ldo); break;
-    default: rows_m<F, 4>(w, j0, j1, a, lda, out, ldo); break;
-  }
-}
-
-template <WeightFormat F>
-MILRT_AVX2 void widen_f(const WeightRef& w, int64_t j0, int64_t j1, float* dst) {
-  const int64_t K = w.k;
-  for (int64_t j = j0; j < j1; ++j) {
-    const void* row = static_cast<const std::byte*>(w.data) + size_t(j) * size_t(w.ld) * kElemBytes<F>;
-    float* d = dst + (j - j0) * K;
-    if constexpr (F == WeightFormat::q8) {
-      // scale·q rounded once, as the portable loop does: the same bits.
-      const void* sc = weight_scale_row(w, j);
-      const bool f16 = w.scale_type == ElemType::f16;
-      if (w.block % 8 == 0) {
-        for (int64_t k = 0; k < K; k += 8)
-          _mm256_storeu_ps(d + k, _mm256_mul_ps(load8<F>(row, k), _mm256_set1_ps(scale_at(sc, f16, k / w.block))));
-      } else {
-        const int8_t* q = static_cast<const int8_t*>(row);
-        for (int64_t k = 0; k < K; ++k) d[k] = scale_at(sc, f16, k / w.block) * float(q[k]);
-      }
-    } else {
-      int64_t k = 0;
-      for (; k + 8 <= K; k += 8) _mm256_storeu_ps(d + k, load8<F>(row, k));
-      if (k < K) {
-        const __m256i mk = tail_mask(K - k);
-        _mm256_maskstore_ps(d + k, mk, load_tail<F>(row, k, K - k, mk));
-      }
-    }
-  }
-}
+  MILRT_AVX2 static void store(float* p, V x) { _mm256_storeu_ps(p, x); }
+  MILRT_AVX2 static void store_tail(float* p, __m256i m, V x) { _mm256_maskstore_ps(p, m, x); }
+};
 
 // ---- int8 activations (vpmaddubsw + vpmaddwd) -------------------------------------
 //
@@ -435,23 +300,11 @@ MILRT_AVX2 void int8_rows_avx2(const WeightRef& w, int64_t j0, int64_t j1, int M
 
 MILRT_AVX2 void weight_rows_avx2(const WeightRef& w, int64_t j0, int64_t j1, int M, const float* a, int64_t lda,
                                  float* out, int64_t ldo) {
-  switch (w.format) {
-    case WeightFormat::f32: rows_f<WeightFormat::f32>(w, j0, j1, M, a, lda, out, ldo); break;
-    case WeightFormat::f16: rows_f<WeightFormat::f16>(w, j0, j1, M, a, lda, out, ldo); break;
-    case WeightFormat::bf16: rows_f<WeightFormat::bf16>(w, j0, j1, M, a, lda, out, ldo); break;
-    case WeightFormat::q8: rows_f<WeightFormat::q8>(w, j0, j1, M, a, lda, out, ldo); break;
-    case WeightFormat::q4: break;  // unpacked to q8 by the caller
-  }
+  weight_rows<Avx2Lanes>(w, j0, j1, M, a, lda, out, ldo);
 }
 
 MILRT_AVX2 void widen_rows_avx2(const WeightRef& w, int64_t j0, int64_t j1, float* dst) {
-  switch (w.format) {
-    case WeightFormat::f32: widen_f<WeightFormat::f32>(w, j0, j1, dst); break;
-    case WeightFormat::f16: widen_f<WeightFormat::f16>(w, j0, j1, dst); break;
-    case WeightFormat::bf16: widen_f<WeightFormat::bf16>(w, j0, j1, dst); break;
-    case WeightFormat::q8: widen_f<WeightFormat::q8>(w, j0, j1, dst); break;
-    case WeightFormat::q4: break;  // unpacked to q8 by the caller
-  }
+  widen_rows<Avx2Lanes>(w, j0, j1, dst);
 }
 
 // k q4 values (k even) from src into dst as int8: 16 bytes widened to 16-bit
@@ -473,7 +326,7 @@ MILRT_AVX2 void unpack_q4_avx2(const uint8_t* src, int64_t k, int8_t* dst) {
   }
 }
 
-#pragma GCC diagnostic pop
-
 }  // namespace milrt::kernels
+
+#pragma GCC diagnostic pop
 #endif
