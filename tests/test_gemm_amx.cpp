@@ -244,7 +244,9 @@ TEST(GemmAmx, Fp32ResidualStartsTheTileSums) {
                 k::Epilogue{.residual = rbuf.data(), .residual_type = ElemType::f32, .residual_ld = rbuf.ld()},
                 GemmMath::bf16, Isa::amx);
         expect_within(c, want, tol);
-        if (!in_place) EXPECT_TRUE(res.padding_intact());
+        if (!in_place) {
+          EXPECT_TRUE(res.padding_intact());
+        }
       }
   }
 }

@@ -23,7 +23,7 @@
 namespace milrt::llm::dist {
 namespace {
 
-bool launched_by_mpirun() {
+[[maybe_unused]] bool launched_by_mpirun() {  // (read only with MPI)
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK"})
     if (const char* s = std::getenv(v); s && *s) return true;
   return false;
@@ -178,7 +178,7 @@ void wait_all() {
 }
 
 namespace {
-int checked_count(size_t n, const char* what) {
+[[maybe_unused]] int checked_count(size_t n, const char* what) {  // (read only with MPI)
   if (n > size_t(std::numeric_limits<int>::max()))
     throw Error(std::string(what) + ": " + std::to_string(n) + " floats per rank is more than MPI's int count");
   return int(n);

@@ -313,7 +313,13 @@ TrainLog train(TrainTask& task, const TrainOptions& opt, TensorMap& weights) {
   auto span = [&](const char* name, Clock::time_point t0) {
     if (!opt.trace) return;
     const auto ns = [](Clock::duration d) { return int64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count()); };
-    log.phase_spans.push_back({name, "trainer", Plan::trace_thread_id(), ns(t0.time_since_epoch()), ns(Clock::now() - t0)});
+    TraceSpan s;
+    s.name = name;
+    s.cat = "trainer";
+    s.thread = Plan::trace_thread_id();
+    s.start_ns = ns(t0.time_since_epoch());
+    s.dur_ns = ns(Clock::now() - t0);
+    log.phase_spans.push_back(std::move(s));
   };
   log.threads = kernels::num_threads();
   log.world_size = world;

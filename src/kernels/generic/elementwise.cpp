@@ -242,15 +242,12 @@ bool unary_vectorized(Unary op) {
 }
 
 void unary_f32(Unary op, const float* x, float* y, int64_t n, float alpha, float beta, float eps) {
+  auto run = [&](auto f) { for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]); };
   switch (op) {
     case Unary::Exp:
     case Unary::Sigmoid:
     case Unary::Silu:
     case Unary::GeluSigmoid: return exp_activation_threaded(op, x, y, n);
-    default: break;
-  }
-  auto run = [&](auto f) { for (int64_t i = 0; i < n; ++i) y[i] = f(x[i]); };
-  switch (op) {
     case Unary::Abs: run([](float v) { return std::fabs(v); }); return;
     case Unary::Neg: run([](float v) { return -v; }); return;
     case Unary::Exp2: run([](float v) { return std::exp2(v); }); return;

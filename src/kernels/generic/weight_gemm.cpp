@@ -433,6 +433,7 @@ void stream(int64_t M, const float* a, int64_t lda, const WeightRef& w, float* c
     else if (path == RowsPath::avx512) weight_rows_avx512(v, j0, j1, int(M), a, lda, out, kStreamBlock);
     else if (path == RowsPath::avx2) weight_rows_avx2(v, j0, j1, int(M), a, lda, out, kStreamBlock);
 #else
+    (void)sq;  // the block sums only the VNNI loops take
     if (int8) int8_rows_generic(v, j0, j1, int(M), qa, ldq, sa, lds, out, kStreamBlock);
 #endif
     else weight_rows_generic(v, j0, j1, int(M), a, lda, out, kStreamBlock);

@@ -121,6 +121,8 @@ FwdLayout fwd_layout(char* base, const AttentionShape& sh, size_t* bytes) {
   return L;
 }
 
+#if defined(__x86_64__)  // the backward layout and everything below run on x86 only
+
 struct BwdLayout {
   uint16_t *qb, *qt, *kb, *vb, *dob, *dot, *dsb;
   uint32_t *kt, *kk, *vt, *pv, *dsv;
@@ -153,7 +155,6 @@ BwdLayout bwd_layout(char* base, const AttentionShape& sh, size_t* bytes) {
   return L;
 }
 
-#if defined(__x86_64__)
 
 using x86::kTileConfig;
 

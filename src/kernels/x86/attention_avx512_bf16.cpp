@@ -123,6 +123,8 @@ FwdLayout fwd_layout(char* base, const AttentionShape& sh, size_t* bytes) {
   return L;
 }
 
+#if defined(__x86_64__)  // the backward layout and everything below run on x86 only
+
 struct BwdLayout {
   uint16_t *qb, *kb, *vb, *dob, *dsb;
   uint32_t *kt, *vt, *kk, *qv, *dov, *pv, *dsv;
@@ -154,7 +156,6 @@ BwdLayout bwd_layout(char* base, const AttentionShape& sh, size_t* bytes) {
   return L;
 }
 
-#if defined(__x86_64__)
 
 using x86::attn::dot_row;
 using x86::attn::exp2_nonpos16;
