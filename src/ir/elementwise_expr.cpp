@@ -174,7 +174,7 @@ std::string print_number(double v) {
 
 std::string print_expr(const Expr& e) {
   switch (e.kind) {
-    case Expr::Kind::Input: return "%" + std::to_string(e.input);
+    case Expr::Kind::Input: return std::string("%").append(std::to_string(e.input));  // (not "%" + s: GCC 12's -Wrestrict misfires on it)
     case Expr::Kind::Literal: return print_number(e.value);
     case Expr::Kind::Call: {
       std::string r = e.fn + "(";
