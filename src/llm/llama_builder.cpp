@@ -47,7 +47,7 @@ Value build_logits(FunctionBuilder& f, const LlamaConfig& cfg, int64_t B, int64_
   TransformerBuilder tb(f, shape, compute);
   Value x = f.op("gather", "embed", {{"x", W("tok_embeddings")}, {"indices", tokens}, {"axis", lit_i32(0)}});
   for (int64_t i = 0; i < cfg.layers; ++i) {
-    const std::string p = "l" + std::to_string(i) + "_";
+    const std::string p = std::string("l").append(std::to_string(i)).append("_");  // (not "l" + s: GCC 12's -Wrestrict misfires on it)
     // The casts of a layer's weights sit just before its block.
     BlockWeights bw;
     bw.rms_att = W(p + "rms_att");

@@ -94,7 +94,6 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // 32, so that the 16 rows of a tile do not fall into the same few L1 sets
 // (T = 512: a 2 KiB or 1 KiB stride puts all 16 rows into 2 or 4 sets).
 int64_t key_ld(const AttentionShape& sh) { return round_up(sh.tk, 32) + 16; }
-int64_t query_ld(const AttentionShape& sh) { return round_up(sh.tq, 32) + 32; }
 
 struct FwdLayout {
   uint16_t *qb, *kb;
@@ -122,6 +121,8 @@ FwdLayout fwd_layout(char* base, const AttentionShape& sh, size_t* bytes) {
 }
 
 #if defined(__x86_64__)  // the backward layout and everything below run on x86 only
+
+int64_t query_ld(const AttentionShape& sh) { return round_up(sh.tq, 32) + 32; }  // (see key_ld)
 
 struct BwdLayout {
   uint16_t *qb, *qt, *kb, *vb, *dob, *dot, *dsb;
