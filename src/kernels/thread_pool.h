@@ -39,8 +39,9 @@ void pool_run(int threads, int64_t n, PoolBody body, const void* ctx);
 // body(i) for every i in [0, n), on up to `threads` threads: the caller and
 // threads - 1 persistent workers, each taking one contiguous range of
 // indices (as OpenMP's schedule(static)). Serial when threads <= 1, n <= 1,
-// inside in_parallel(), or while another thread's job holds the pool. The first exception a body throws is rethrown here after
-// every started index has finished.
+// inside in_parallel(), or while another thread's job holds the pool. The
+// first exception a body throws is rethrown here after every started index
+// has finished.
 template <class F>
 void pool_for(int threads, int64_t n, const F& body) {
   if (threads <= 1 || n <= 1 || in_parallel()) {

@@ -34,15 +34,14 @@ int pass_threads(int64_t elements, int64_t pieces = INT64_MAX);
 // elsewhere the pragma would be dropped and the pass would run on one thread.
 template <class F>
 void for_each_chunk(int64_t n, F body) {
-#if defined(_OPENMP)
+#if !defined(_OPENMP)
+  static_assert(sizeof(F) == 0, "for_each_chunk needs a translation unit compiled with OpenMP");
+#endif
   const int threads = pass_threads(n);
   if (threads <= 1) return body(int64_t(0), n);
   const int64_t chunk = (n + threads - 1) / threads;
+#if defined(_OPENMP)
 #pragma omp parallel for num_threads(threads) schedule(static)
-#else
-  static_assert(sizeof(F) == 0, "for_each_chunk needs a translation unit compiled with OpenMP");
-  const int threads = 1;
-  const int64_t chunk = n;
 #endif
   for (int t = 0; t < threads; ++t) {
     const int64_t b = int64_t(t) * chunk, e = n < b + chunk ? n : b + chunk;

@@ -61,14 +61,12 @@ void for_each_attention_slice(int64_t n, double macs_per_slice, double kv_bytes_
     return;
   }
   if (plan.on_pool) return pool_for(plan.threads, n, body);
-#if defined(_OPENMP)
   // Slices differ in cost only through their masks; dynamic evens that out.
+  // (Serial in a translation unit without OpenMP: a test of the pool branch.)
+#if defined(_OPENMP)
 #pragma omp parallel for num_threads(plan.threads) schedule(dynamic, 1)
-  for (int64_t b = 0; b < n; ++b) body(b);
-#else
-  // A translation unit without OpenMP (a test of the pool branch): serially.
-  for (int64_t b = 0; b < n; ++b) body(b);
 #endif
+  for (int64_t b = 0; b < n; ++b) body(b);
 }
 
 // A per-thread fp32 buffer of at least `floats` elements that only grows.

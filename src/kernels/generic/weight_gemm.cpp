@@ -5,7 +5,6 @@
 // x86/weight_gemm_avx512.cpp, the AVX2 ones in x86/weight_gemm_avx2.cpp.
 #include "kernels/weight_gemm.h"
 
-
 #include <algorithm>
 #include <cstring>
 #include <limits>
