@@ -139,11 +139,13 @@ void check_case(Isa isa, int64_t M, int64_t N, int64_t K, int64_t block, Activat
 struct KB {
   int64_t k, block;
 };
-// Blocks 2, 4, 8, 16, 32, 48, 64 (ones every vector loop takes, ones left to
-// the portable loops); K one block and several, K not a multiple of 64, a
-// whole group of 16 blocks and a partial one; Stories-like 768.
-const KB kShapes[] = {{2, 2},    {18, 2},  {12, 4},   {100, 4},  {24, 8},   {200, 8},  {48, 16}, {96, 32},
-                      {544, 32}, {768, 32}, {96, 48}, {240, 48}, {128, 64}, {320, 64}, {1088, 64}};
+// Blocks 2 to 256 (ones every vector loop takes, ones left to the portable
+// loops); K one block and several, K not a multiple of 64 or of 128 (the
+// VNNI loops' q4 chunk: a partial last one), a whole group of 16 blocks and
+// a partial one; Stories-like 768.
+const KB kShapes[] = {{2, 2},     {18, 2},    {12, 4},    {100, 4},   {24, 8},    {200, 8},   {48, 16},
+                      {400, 16},  {96, 32},   {544, 32},  {768, 32},  {96, 48},   {240, 48},  {128, 64},
+                      {320, 64},  {1088, 64}, {384, 128}, {2304, 128}, {384, 192}, {512, 256}, {4352, 256}};
 
 TEST(WeightGemmInt4, MatchesFp64EveryShapeAndIsa) {
   std::mt19937 rng(41);
@@ -237,7 +239,8 @@ TEST(WeightGemmInt4, BitsDoNotDependOnThreads) {
 TEST(WeightGemmInt4, SameBitsAsQ8WithTheSameValues) {
   std::mt19937 rng(45);
   for (Isa isa : test::tested_paths())
-    for (KB s : {KB{768, 32}, KB{96, 48}, KB{18, 2}})
+    for (KB s : {KB{768, 32}, KB{96, 48}, KB{18, 2}, KB{100, 4}, KB{200, 8}, KB{400, 16}, KB{320, 64}, KB{2304, 128},
+                 KB{384, 192}})
       for (int64_t M : {1, 3, 37})
         for (ActivationQuant aq : {ActivationQuant::none, ActivationQuant::int8}) {
           const int64_t N = 70;

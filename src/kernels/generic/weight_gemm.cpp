@@ -39,7 +39,9 @@ void widen_rows_avx2(const WeightRef& w, int64_t j0, int64_t j1, float* dst);
 // vpdpbusd on 64-byte chunks (needs avx512_vnni; a block of 4, 8, 16, 32 or a
 // multiple of 64; also reads 128 · Σ qa per block, int32 at sq + i·lds), and
 // vpmaddubsw + vpmaddwd on 32-byte chunks (a block of 4, 8, 16 or a multiple
-// of 32).
+// of 32). The VNNI loops also take q4 rows themselves, 128 values a chunk (a
+// block of 8, 16, 32, 64 or a multiple of 128), with A in the layout
+// split_even_odd gives (ldq a multiple of 128) and 8 · Σ qa per block at sq.
 void int8_rows_avx512_vnni(const WeightRef& w, int64_t j0, int64_t j1, int M, const int8_t* qa, int64_t ldq,
                            const float* sa, const int32_t* sq, int64_t lds, float* out, int64_t ldo);
 void int8_rows_avx2(const WeightRef& w, int64_t j0, int64_t j1, int M, const int8_t* qa, int64_t ldq,
@@ -122,6 +124,11 @@ bool int8_activations(const WeightRef& w) {
 bool int8_fits(const WeightRef& w, int64_t chunk) {
   return w.block % 4 == 0 && (chunk % w.block == 0 || w.block % chunk == 0);
 }
+// The VNNI loops take q8 in 64-value chunks, 4 values a lane, and q4 in
+// 128-value chunks, 8 values a lane.
+bool vnni_fits(const WeightRef& w) {
+  return w.format == WeightFormat::q4 ? w.block % 8 == 0 && int8_fits(w, 128) : int8_fits(w, 64);
+}
 // Which int8 rows run: AVX-512 needs VNNI for vpdpbusd; without it (and for
 // multiples of 32 that 64 does not divide) the AVX2 loops run, which every
 // AVX-512 CPU can.
@@ -202,11 +209,11 @@ void weight_rows_generic(const WeightRef& w, int64_t j0, int64_t j1, int M, cons
 // nearest even goes through 1.5·2^23 (exact below 2^22; the quotient is
 // clamped to ±127 first). Zero padding past k and past the block count lets
 // the SIMD rows load whole vectors of A and of its scales. sq (when not
-// null): 128 · Σ q per block, which the VNNI rows take off their sums.
+// null): bias · Σ q per block, which the VNNI rows take off their sums.
 MILRT_CLONES(void, quantize_rows,
              (int64_t M, const float* a, int64_t lda, int64_t K, int64_t block, int8_t* q, int64_t ldq, float* s,
-              int32_t* sq, int64_t lds),
-             (M, a, lda, K, block, q, ldq, s, sq, lds)) {
+              int32_t* sq, int32_t bias, int64_t lds),
+             (M, a, lda, K, block, q, ldq, s, sq, bias, lds)) {
   const int64_t nb = K / block;
   constexpr float kMagic = 12582912.0f;  // 1.5·2^23
   for (int64_t i = 0; i < M; ++i) {
@@ -241,12 +248,25 @@ MILRT_CLONES(void, quantize_rows,
         qb[t] = int8_t(v);
         sum += v;
       }
-      if (sq) sq[i * lds + b] = 128 * sum;
+      if (sq) sq[i * lds + b] = bias * sum;
     }
     std::fill(qi + K, qi + ldq, int8_t(0));
     std::fill(si + nb, si + lds, 0.0f);
     if (sq) std::fill(sq + i * lds + nb, sq + (i + 1) * lds, 0);
   }
+}
+
+// Each 128-byte chunk of the M quantized rows of A (ldq apart, ldq a multiple
+// of 128) rewritten as its 64 even elements, then its 64 odd ones: the order
+// in which the VNNI loops split a 64-byte load of q4 nibbles.
+void split_even_odd(int64_t M, int8_t* q, int64_t ldq) {
+  int8_t chunk[128];
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t c = 0; c < ldq; c += 128) {
+      int8_t* p = q + i * ldq + c;
+      for (int t = 0; t < 64; ++t) chunk[t] = p[2 * t], chunk[64 + t] = p[2 * t + 1];
+      std::memcpy(p, chunk, 128);
+    }
 }
 
 // Per A row, per block: the exact int32 Σ qa·q, times scale · activation
@@ -413,14 +433,21 @@ void stream(int64_t M, const float* a, int64_t lda, const WeightRef& w, float* c
   const int8_t* qa = nullptr;
   const float* sa = nullptr;
   const int32_t* sq = nullptr;
+  // q4 on the VNNI loops: 128 values a chunk, A's chunks split into even and
+  // odd elements, and the nibbles biased by 8 instead of q8's 128. The blocks
+  // they cannot take in 8s (4, and odd multiples of 64) run there unpacked.
+  const bool q4_chunks = int8 && path == RowsPath::avx512 && w.format == WeightFormat::q4 && vnni_fits(w);
   if (int8) {
-    ldq = (w.k + 63) / 64 * 64;
+    const int64_t chunk = q4_chunks ? 128 : 64;
+    ldq = (w.k + chunk - 1) / chunk * chunk;
     lds = (w.k / w.block + 15) / 16 * 16;
     auto* buf = static_cast<std::byte*>(t_quantized.get(size_t(M * (lds * 8 + ldq))));
     float* s = reinterpret_cast<float*>(buf);
     int32_t* sums = reinterpret_cast<int32_t*>(buf + M * lds * 4);
     int8_t* q = reinterpret_cast<int8_t*>(buf + M * lds * 8);
-    quantize_rows(M, a, lda, w.k, w.block, q, ldq, s, path == RowsPath::avx512 ? sums : nullptr, lds);
+    quantize_rows(M, a, lda, w.k, w.block, q, ldq, s, path == RowsPath::avx512 ? sums : nullptr, q4_chunks ? 8 : 128,
+                  lds);
+    if (q4_chunks) split_even_odd(M, q, ldq);
     qa = q, sa = s, sq = sums;
   }
   // Dot products of rows [j0, j1) of v (q8 or a format the plain loops take) into out.
@@ -442,7 +469,7 @@ void stream(int64_t M, const float* a, int64_t lda, const WeightRef& w, float* c
     // Not C itself: the residual may be C.
     float dot[kWeightStreamMaxRows * kStreamBlock];
     if (w.k == 0) std::fill(dot, dot + M * kStreamBlock, 0.0f);
-    else if (w.format == WeightFormat::q4 && !(int8 && path == RowsPath::avx512))
+    else if (w.format == WeightFormat::q4 && !q4_chunks)
       for_unpacked(w, j0, j1, isa, [&](const WeightRef& v, int64_t j) { rows(v, 0, v.n, dot + (j - j0)); });
     else rows(w, j0, j1, dot);
     finish(dot, kStreamBlock, int(M), 0, j0, j1, c, ldc, ep);

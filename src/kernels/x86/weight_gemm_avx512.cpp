@@ -5,8 +5,8 @@
 // 16-bit shift into an fp32 word (exact), int8 with vpmovsxbd + vcvtdq2ps
 // (exact). With int8 activations, q8 rows are multiplied by the quantized A
 // with vpdpbusd (AVX512-VNNI) instead, never widened; q4 rows stream through
-// the same loops, their nibbles widened to bytes in registers. Otherwise q4
-// rows are unpacked to int8 first (unpack_q4_avx512). Compiled through
+// the same loops, 128 values a 64-byte load, their nibbles split in
+// registers. Otherwise q4 rows are unpacked to int8 first (unpack_q4_avx512). Compiled through
 // the target attribute (no special flags), so any inline code from shared headers
 // this file instantiates stays baseline x86-64; only called when the avx512
 // path is usable (generic/weight_gemm.cpp), the VNNI loops only on a CPU with
@@ -98,14 +98,14 @@ struct Avx512Lanes {
 
 // ---- int8 activations (vpdpbusd) -----------------------------------------------
 //
-// A row's blocks go in groups of 16. Each 64-byte chunk of the row gives, per
-// A row, 16 int32 lanes of 4 products each. vpdpbusd multiplies unsigned by
-// signed bytes: the weights are made unsigned, w + 128 (an xor of the sign
-// bit: one instruction a chunk whatever M), so a lane sums w·qa + 128·qa, and
-// 128 · Σ qa over each block, computed once per call with the quantized A,
-// is taken off the block's sum. A block is a run of lanes (block < 64: 64 /
-// block blocks a chunk) or of whole chunks (block a multiple of 64,
-// accumulated in one vector). Pairs of vectors are then added lane pair by
+// A row's blocks go in groups of 16. Each chunk of the row (64 q8 values, or
+// 128 q4 values) gives, per A row, 16 int32 lanes of products. vpdpbusd
+// multiplies unsigned by signed bytes: the weights are made unsigned, w + 128
+// for q8 and w + 8 for q4 (an xor: one instruction a chunk whatever M), so a
+// lane sums w·qa + bias·qa, and bias · Σ qa over each block, computed once per
+// call with the quantized A, is taken off the block's sum. A block is a run
+// of lanes (block < chunk: chunk / block blocks a chunk) or of whole chunks
+// (block a multiple of the chunk, accumulated in one vector). Pairs of vectors are then added lane pair by
 // lane pair until one vector holds the 16 blocks' exact sums: lanes l and
 // l ^ d for d = 1, 2, 4, 8, so that most steps are in-lane vpshufd (a
 // reduction by vpermt2d into block order took a fifth of the kernel's time on
@@ -118,11 +118,15 @@ struct Avx512Lanes {
 // inline, else GCC leaves the row's last group as out-of-line calls.
 #define MILRT_INLINE __attribute__((always_inline))
 
+// Q4: w holds q4 nibbles, two a byte, and the loops take 128 values a chunk
+// (one 64-byte load) instead of q8's 64; qa is laid out to match (see
+// chunk_dp).
+template <bool Q4>
 struct Int8Row {
+  static constexpr int64_t kChunk = Q4 ? 128 : 64;  // row elements one vector of sums covers
   const int8_t* w;    // the weight row
   const int8_t* qa;   // A's quantized rows, ldq apart
   int64_t ldq, k, block;
-  bool q4;            // w holds q4 nibbles, two a byte
   const void* sc;     // the row's block scales (weight_scale_row)
   bool f16;           // ... as fp16
 };
@@ -132,55 +136,51 @@ MILRT_AVX512_VNNI MILRT_INLINE inline __mmask64 byte_mask(int64_t left) {
 }
 
 // Bytes ahead of the chunk being read that are requested early, into L2 (one
-// prefetch a chunk): the hardware prefetcher alone leaves the core waiting.
-// Measured on the Zen 4 VM: bench_weight_gemm with W from DRAM, one thread,
-// 15-18 GB/s of q8 rows without, 24-26 GB/s with 8 KB ahead; Stories110M
-// decoding on one thread, 120-126 tok/s without, 138-150 with 8 KB and
-// 140-156 with 16 KB; 4 KB, or any distance into L1, did worse.
+// prefetch a 64-byte load): the hardware prefetcher alone leaves the core
+// waiting. Measured on the Zen 4 VM: bench_weight_gemm with W from DRAM, one
+// thread, 15-18 GB/s of q8 rows without, 24-26 GB/s with 8 KB ahead;
+// Stories110M decoding on one thread, 120-126 tok/s without, 138-150 with
+// 8 KB and 140-156 with 16 KB; 4 KB, or any distance into L1, did worse.
 constexpr int64_t kInt8Ahead = 16384;
 
-// acc[m] += the 16 lanes of (w + 128)·qa over chunk [k, k + 64) of the row
-// and A row m; weight bytes from k + left on are not read (Masked: the end
-// of the row), which adds 128·qa of A's zero padding: nothing.
-// 32 bytes of q4 nibbles as the 64 bytes w + 128: widened to 16-bit words,
-// x | x << 4 masked to 0x0F0F (one vpternlogd) leaves each word's low nibble
-// in its low byte and its high nibble in its high byte, so the bytes are
-// nibbles in element order, and vpshufb looks up w + 128 for each (nibble n
-// is w = n for n < 8, n - 16 above). Four instructions a chunk: measured
-// faster than shifting, masking and adding separately (seven).
-MILRT_AVX512_VNNI MILRT_INLINE inline __m512i q4_biased(__m256i b) {
-  const __m512i x = _mm512_cvtepu8_epi16(b);
-  const __m512i n = _mm512_ternarylogic_epi32(x, _mm512_slli_epi16(x, 4), _mm512_set1_epi16(0x0F0F), 0xA8);
-  const __m512i table = _mm512_broadcast_i32x4(
-      _mm_setr_epi8(char(128), char(129), char(130), char(131), char(132), char(133), char(134), char(135),
-                    char(120), char(121), char(122), char(123), char(124), char(125), char(126), char(127)));
-  return _mm512_shuffle_epi8(table, n);
-}
-
-// The chunk's 64 weights as w + 128. Masked: from element k + left on they
-// are 128 (q8: zero bytes with the sign flipped; q4: zero nibbles stay out of
-// the load, and zero words give 0 ^ 8 + 120 = 128), as the caller expects.
-template <bool Masked>
-MILRT_AVX512_VNNI MILRT_INLINE inline __m512i biased_weights(const Int8Row& r, int64_t k, int64_t left) {
-  const __m512i sign = _mm512_set1_epi8(char(0x80));
-  if (r.q4) {
+// acc[m] += 16 int32 lanes of products over chunk [k, k + kChunk) of the row
+// and A row m, lane l summing elements k + l·kChunk/16 .. + kChunk/16 - 1 (in
+// some order); weight bytes from element k + left on are not read (Masked:
+// the end of the row), where A is zero padding, so whatever the lanes hold
+// there adds nothing.
+//  q8: the 64 bytes w + 128 (an xor of the sign bit) times A's 64 bytes.
+//  q4: the 64 bytes hold 128 nibbles n = w & 15; n ^ 8 = w + 8 (one xor of
+//  0x88 for both nibbles of a byte). The low nibbles (the chunk's even
+//  elements) and the high ones (its odd elements, after a 16-bit shift) are
+//  each multiplied by 64 bytes of A, which stream() stores for this path as
+//  each 128-value chunk's even elements, then its odd ones: lane l gets
+//  elements 8l .. 8l + 7 from the two products. Five instructions for 128
+//  values, where widening the nibbles to bytes in element order took four
+//  for 64 (and twice the reduction work per value).
+template <int M, bool Masked, bool Q4>
+MILRT_AVX512_VNNI MILRT_INLINE inline void chunk_dp(const Int8Row<Q4>& r, int64_t k, int64_t left, __m512i* acc) {
+  if constexpr (Q4) {
     const auto* p = reinterpret_cast<const uint8_t*>(r.w) + k / 2;
-    // Half the bytes a chunk: the same distance ahead is twice the elements.
     _mm_prefetch(reinterpret_cast<const char*>(p) + kInt8Ahead, _MM_HINT_T1);
-    const __mmask32 m = left >= 64 ? ~__mmask32(0) : (__mmask32(1) << (left / 2)) - 1;
-    return q4_biased(Masked ? _mm256_maskz_loadu_epi8(m, p) : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  }
-  _mm_prefetch(reinterpret_cast<const char*>(r.w + k) + kInt8Ahead, _MM_HINT_T1);
-  return Masked ? _mm512_xor_si512(_mm512_maskz_loadu_epi8(byte_mask(left), r.w + k), sign)
-                : _mm512_xor_si512(_mm512_loadu_si512(r.w + k), sign);
-}
-
-template <int M, bool Masked>
-MILRT_AVX512_VNNI MILRT_INLINE inline void chunk_dp(const Int8Row& r, int64_t k, int64_t left, __m512i* acc) {
-  const __m512i wu = biased_weights<Masked>(r, k, left);
-  // A is zero-padded to a multiple of 64 bytes: whole loads stay in its buffer.
+    const __m512i b = _mm512_xor_si512(Masked ? _mm512_maskz_loadu_epi8(byte_mask(left / 2), p) : _mm512_loadu_si512(p),
+                                       _mm512_set1_epi8(char(0x88)));
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    const __m512i even = _mm512_and_si512(b, low), odd = _mm512_and_si512(_mm512_srli_epi16(b, 4), low);
+    // A is zero-padded to a multiple of 128 bytes: whole loads stay in its buffer.
 #pragma GCC unroll 16
-  for (int m = 0; m < M; ++m) acc[m] = _mm512_dpbusd_epi32(acc[m], wu, _mm512_loadu_si512(r.qa + m * r.ldq + k));
+    for (int m = 0; m < M; ++m) {
+      acc[m] = _mm512_dpbusd_epi32(acc[m], even, _mm512_loadu_si512(r.qa + m * r.ldq + k));
+      acc[m] = _mm512_dpbusd_epi32(acc[m], odd, _mm512_loadu_si512(r.qa + m * r.ldq + k + 64));
+    }
+  } else {
+    _mm_prefetch(reinterpret_cast<const char*>(r.w + k) + kInt8Ahead, _MM_HINT_T1);
+    const __m512i sign = _mm512_set1_epi8(char(0x80));
+    const __m512i wu = Masked ? _mm512_xor_si512(_mm512_maskz_loadu_epi8(byte_mask(left), r.w + k), sign)
+                              : _mm512_xor_si512(_mm512_loadu_si512(r.w + k), sign);
+    // A is zero-padded to a multiple of 64 bytes: whole loads stay in its buffer.
+#pragma GCC unroll 16
+    for (int m = 0; m < M; ++m) acc[m] = _mm512_dpbusd_epi32(acc[m], wu, _mm512_loadu_si512(r.qa + m * r.ldq + k));
+  }
 }
 
 // v[l ^ D] for each lane l.
@@ -201,17 +201,17 @@ MILRT_AVX512_VNNI MILRT_INLINE inline __m512i pair_step(__m512i x, __m512i y) {
 
 // Blocks [b0, b0 + Nb) of the row against each A row m, reduced by the pair
 // steps d = 1, 2, .. (one per halving of Nb down to Base, the blocks one
-// chunk-vector covers: 64 / block, or 1 for a multiple of 64).
+// chunk-vector covers: chunk / block, or 1 for a multiple of the chunk).
 // Masked: the blocks pass the end of the row (from k on they add zero).
-template <int Nb, int Base, int M, bool Masked>
-MILRT_AVX512_VNNI MILRT_INLINE inline void block_sums(const Int8Row& r, int64_t b0, __m512i* out) {
+template <int Nb, int Base, int M, bool Masked, bool Q4>
+MILRT_AVX512_VNNI MILRT_INLINE inline void block_sums(const Int8Row<Q4>& r, int64_t b0, __m512i* out) {
   if constexpr (Nb == Base) {
 #pragma GCC unroll 16
     for (int m = 0; m < M; ++m) out[m] = _mm512_setzero_si512();
     const int64_t k0 = b0 * r.block;
     if (Masked && k0 >= r.k) return;
     if constexpr (Base == 1) {
-      for (int64_t k = k0; k < k0 + r.block; k += 64) chunk_dp<M, false>(r, k, 64, out);
+      for (int64_t k = k0; k < k0 + r.block; k += r.kChunk) chunk_dp<M, false>(r, k, r.kChunk, out);
     } else {
       chunk_dp<M, Masked>(r, k0, r.k - k0, out);
     }
@@ -244,37 +244,60 @@ MILRT_AVX512_VNNI MILRT_INLINE inline __m512i in_block_order(__m512i v) {
   }
 }
 
-// Nb blocks from b0 (Nb = 16, or a power of two for the row's last blocks;
-// `count` of them exist, the rest add zero) into acc[m]. Not a lambda: it
-// would not inherit the target attribute.
-template <int Nb, int Base, int M, bool Masked>
-MILRT_AVX512_VNNI MILRT_INLINE inline void int8_group(const Int8Row& r, int64_t b0, int64_t count, const float* sa,
-                                                      const int32_t* sq, int64_t lds, __m512* acc) {
-  __m512i sums[M];
-  block_sums<Nb, Base, M, Masked>(r, b0, sums);
+// acc[m] += the exact block sums (in block order, lanes from 0; `count` of
+// them, the other lanes ignored) less their bias, times weight scale ·
+// activation scale. Whole: 16 blocks, whose 16 scales are read in bounds (A's
+// are padded to a multiple of 16).
+template <bool Whole, int M, bool Q4>
+MILRT_AVX512_VNNI MILRT_INLINE inline void add_block_sums(const Int8Row<Q4>& r, int64_t b0, int64_t count,
+                                                          const __m512i* sums, const float* sa, const int32_t* sq,
+                                                          int64_t lds, __m512* acc) {
   const __mmask16 have = count >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << count) - 1);
-  // Whole groups read 16 scales in bounds (A's are padded to a multiple of 16).
-  constexpr bool whole = Nb == 16 && !Masked;
   const auto* s16 = static_cast<const uint16_t*>(r.sc) + b0;
   const auto* s32 = static_cast<const float*>(r.sc) + b0;
   const __m512 ws =
-      r.f16 ? _mm512_cvtph_ps(whole ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s16))
+      r.f16 ? _mm512_cvtph_ps(Whole ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s16))
                                     : _mm256_maskz_loadu_epi16(have, s16))
-            : whole ? _mm512_loadu_ps(s32) : _mm512_maskz_loadu_ps(have, s32);
+            : Whole ? _mm512_loadu_ps(s32) : _mm512_maskz_loadu_ps(have, s32);
 #pragma GCC unroll 16
   for (int m = 0; m < M; ++m) {
     const int64_t o = m * lds + b0;
-    const __m512 as = whole ? _mm512_loadu_ps(sa + o) : _mm512_maskz_loadu_ps(have, sa + o);
-    const __m512i off = whole ? _mm512_loadu_si512(sq + o) : _mm512_maskz_loadu_epi32(have, sq + o);
-    const __m512i sum = _mm512_sub_epi32(in_block_order<Nb, Base>(sums[m]), off);
+    const __m512 as = Whole ? _mm512_loadu_ps(sa + o) : _mm512_maskz_loadu_ps(have, sa + o);
+    const __m512i off = Whole ? _mm512_loadu_si512(sq + o) : _mm512_maskz_loadu_epi32(have, sq + o);
+    const __m512i sum = _mm512_sub_epi32(sums[m], off);
     acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(ws, as), acc[m]);
   }
 }
 
+// Nb blocks from b0 (Nb = 16, or a power of two for the row's last blocks;
+// `count` of them exist, the rest add zero) into acc[m]. Not a lambda: it
+// would not inherit the target attribute.
+template <int Nb, int Base, int M, bool Masked, bool Q4>
+MILRT_AVX512_VNNI MILRT_INLINE inline void int8_group(const Int8Row<Q4>& r, int64_t b0, int64_t count, const float* sa,
+                                                      const int32_t* sq, int64_t lds, __m512* acc) {
+  __m512i sums[M];
+  block_sums<Nb, Base, M, Masked>(r, b0, sums);
+#pragma GCC unroll 16
+  for (int m = 0; m < M; ++m) sums[m] = in_block_order<Nb, Base>(sums[m]);
+  if constexpr (Q4 && Masked && Base > 1) {
+    // q8's chunk is half of q4's, so q8 adds the first half of a partial
+    // last chunk as a group of its own, and the rest after it from lane 0.
+    // Added in the same order here, a q4 weight gives the bits of the q8
+    // weight holding the same values.
+    if (count > Base / 2) {
+      add_block_sums<false, M>(r, b0, Base / 2, sums, sa, sq, lds, acc);
+#pragma GCC unroll 16
+      for (int m = 0; m < M; ++m) sums[m] = _mm512_alignr_epi32(_mm512_setzero_si512(), sums[m], Base / 2);
+      b0 += Base / 2, count -= Base / 2;
+    }
+  }
+  add_block_sums<Nb == 16 && !Masked, M>(r, b0, count, sums, sa, sq, lds, acc);
+}
+
 // The row's last nb - b0 < 16 blocks: halves of a group while whole chunks
 // remain, then a masked chunk for the blocks that only fill part of one.
-template <int Base, int M>
-MILRT_AVX512_VNNI MILRT_INLINE inline void int8_tail(const Int8Row& r, int64_t nb, int64_t b0, const float* sa,
+template <int Base, int M, bool Q4>
+MILRT_AVX512_VNNI MILRT_INLINE inline void int8_tail(const Int8Row<Q4>& r, int64_t nb, int64_t b0, const float* sa,
                                                      const int32_t* sq, int64_t lds, __m512* acc) {
   if constexpr (Base <= 8)
     if (nb - b0 >= 8) int8_group<8, Base, M, false>(r, b0, 8, sa, sq, lds, acc), b0 += 8;
@@ -291,18 +314,17 @@ MILRT_AVX512_VNNI MILRT_INLINE inline void int8_tail(const Int8Row& r, int64_t n
 // chains (vpdpbusd, the reduction, the fp32 accumulation, the final sum) are
 // independent: interleaved, they keep the core busy where one row's chain
 // would leave it waiting.
-template <int Base, int M, int R>
+template <bool Q4, int Base, int M, int R>
 MILRT_AVX512_VNNI MILRT_INLINE inline void int8_rows_r(const WeightRef& w, int64_t j, const int8_t* qa, int64_t ldq,
                                                        const float* sa, const int32_t* sq, int64_t lds, float* out,
                                                        int64_t ldo, int64_t col) {
   const int64_t K = w.k, nb = K / w.block;
-  Int8Row r[R];
+  Int8Row<Q4> r[R];
   __m512 acc[R][M];
 #pragma GCC unroll 16
   for (int i = 0; i < R; ++i) {
-    const bool q4 = w.format == WeightFormat::q4;
-    r[i] = Int8Row{static_cast<const int8_t*>(w.data) + (j + i) * (q4 ? w.ld / 2 : w.ld), qa, ldq, K, w.block, q4,
-                   weight_scale_row(w, j + i), w.scale_type == ElemType::f16};
+    r[i] = Int8Row<Q4>{static_cast<const int8_t*>(w.data) + (j + i) * (Q4 ? w.ld / 2 : w.ld), qa, ldq, K, w.block,
+                       weight_scale_row(w, j + i), w.scale_type == ElemType::f16};
 #pragma GCC unroll 16
     for (int m = 0; m < M; ++m) acc[i][m] = _mm512_setzero_ps();
   }
@@ -319,23 +341,23 @@ MILRT_AVX512_VNNI MILRT_INLINE inline void int8_rows_r(const WeightRef& w, int64
     for (int m = 0; m < M; ++m) out[m * ldo + col + i] = _mm512_reduce_add_ps(acc[i][m]);
 }
 
-template <int Base, int M>
+template <bool Q4, int Base, int M>
 MILRT_AVX512_VNNI void int8_rows(const WeightRef& w, int64_t j0, int64_t j1, const int8_t* qa, int64_t ldq,
                                  const float* sa, const int32_t* sq, int64_t lds, float* out, int64_t ldo) {
   constexpr int R = M == 1 ? 4 : M == 2 ? 2 : 1;
   int64_t j = j0;
-  for (; j + R <= j1; j += R) int8_rows_r<Base, M, R>(w, j, qa, ldq, sa, sq, lds, out, ldo, j - j0);
-  for (; j < j1; ++j) int8_rows_r<Base, M, 1>(w, j, qa, ldq, sa, sq, lds, out, ldo, j - j0);
+  for (; j + R <= j1; j += R) int8_rows_r<Q4, Base, M, R>(w, j, qa, ldq, sa, sq, lds, out, ldo, j - j0);
+  for (; j < j1; ++j) int8_rows_r<Q4, Base, M, 1>(w, j, qa, ldq, sa, sq, lds, out, ldo, j - j0);
 }
 
-template <int Base>
+template <bool Q4, int Base>
 MILRT_AVX512_VNNI void int8_rows_m(const WeightRef& w, int64_t j0, int64_t j1, int M, const int8_t* qa, int64_t ldq,
                                    const float* sa, const int32_t* sq, int64_t lds, float* out, int64_t ldo) {
   switch (M) {
-    case 1: int8_rows<Base, 1>(w, j0, j1, qa, ldq, sa, sq, lds, out, ldo); break;
-    case 2: int8_rows<Base, 2>(w, j0, j1, qa, ldq, sa, sq, lds, out, ldo); break;
-    case 3: int8_rows<Base, 3>(w, j0, j1, qa, ldq, sa, sq, lds, out, ldo); break;
-    default: int8_rows<Base, 4>(w, j0, j1, qa, ldq, sa, sq, lds, out, ldo); break;
+    case 1: int8_rows<Q4, Base, 1>(w, j0, j1, qa, ldq, sa, sq, lds, out, ldo); break;
+    case 2: int8_rows<Q4, Base, 2>(w, j0, j1, qa, ldq, sa, sq, lds, out, ldo); break;
+    case 3: int8_rows<Q4, Base, 3>(w, j0, j1, qa, ldq, sa, sq, lds, out, ldo); break;
+    default: int8_rows<Q4, Base, 4>(w, j0, j1, qa, ldq, sa, sq, lds, out, ldo); break;
   }
 }
 
@@ -344,15 +366,28 @@ MILRT_AVX512_VNNI void int8_rows_m(const WeightRef& w, int64_t j0, int64_t j1, i
 MILRT_AVX512_VNNI void int8_rows_avx512_vnni(const WeightRef& w, int64_t j0, int64_t j1, int M, const int8_t* qa,
                                              int64_t ldq, const float* sa, const int32_t* sq, int64_t lds, float* out,
                                              int64_t ldo) {
-  // The caller checked that the block is 4, 8, 16, 32 or a multiple of 64.
+  // The caller checked the block (vnni_fits in generic/weight_gemm.cpp): q8,
+  // 4, 8, 16, 32 or a multiple of 64; q4, 8, 16, 32, 64 or a multiple of 128.
+  // Base: the blocks one chunk covers.
+  if (w.format == WeightFormat::q4) {
+    switch (w.block) {
+      case 8: int8_rows_m<true, 16>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
+      case 16: int8_rows_m<true, 8>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
+      case 32: int8_rows_m<true, 4>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
+      case 64: int8_rows_m<true, 2>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
+      default: int8_rows_m<true, 1>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
+    }
+    return;
+  }
   switch (w.block) {
-    case 4: int8_rows_m<16>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
-    case 8: int8_rows_m<8>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
-    case 16: int8_rows_m<4>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
-    case 32: int8_rows_m<2>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
-    default: int8_rows_m<1>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
+    case 4: int8_rows_m<false, 16>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
+    case 8: int8_rows_m<false, 8>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
+    case 16: int8_rows_m<false, 4>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
+    case 32: int8_rows_m<false, 2>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
+    default: int8_rows_m<false, 1>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
   }
 }
+
 
 MILRT_AVX512 void weight_rows_avx512(const WeightRef& w, int64_t j0, int64_t j1, int M, const float* a, int64_t lda,
                                      float* out, int64_t ldo) {
