@@ -3,8 +3,7 @@
 // widened to fp32 panels (prefill). A Lanes struct gives the few operations
 // that differ between widths (the loads that widen each weight format in
 // registers, masked tails, the final sum) and the width's tuning: how many
-// accumulators a row keeps per A row and whether the next group of rows is
-// prefetched. The int8-activation loops are different algorithms per ISA
+// accumulators a row keeps per A row and how the rows ahead are prefetched. The int8-activation loops are different algorithms per ISA
 // (vpdpbusd against vpmaddubsw) and stay in their ISA's file.
 //
 // Included by x86/weight_gemm_avx2.cpp and x86/weight_gemm_avx512.cpp, each
@@ -44,6 +43,14 @@ MILRT_WEIGHT_ROWS_TARGET inline void prefetch_next_group(T* const* row, size_t a
   for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(row[r]) + ahead + byte, _MM_HINT_T0);
 }
 
+// Each row's line L::kPrefetchAhead bytes on, into L2, once per line read:
+// the rows are contiguous, so this runs ahead through the rows that follow.
+template <class L, int R, class T>
+MILRT_WEIGHT_ROWS_TARGET inline void prefetch_ahead(T* const* row, size_t byte) {
+  for (int r = 0; r < R; ++r)
+    _mm_prefetch(reinterpret_cast<const char*>(row[r]) + byte + L::kPrefetchAhead, _MM_HINT_T1);
+}
+
 // R weight rows from row j against M rows of A, L::kAccs accumulators per
 // (row, A row): element k goes to lane k % W of accumulator (k / W) % kAccs;
 // the masked tail of K adds into the first. R·M·kAccs accumulators stay in
@@ -68,6 +75,8 @@ MILRT_WEIGHT_ROWS_TARGET void rows_plain(const WeightRef& w, int64_t j, const fl
   for (; k + W * A <= K; k += W * A) {
     if constexpr (L::kPrefetchNextGroup && R > 1)
       if (k % kLine == 0) prefetch_next_group<R>(row, ahead, size_t(k) * kElemBytes<F>);
+    if constexpr (L::kPrefetchAhead > 0)
+      if (k % kLine == 0) prefetch_ahead<L, R>(row, size_t(k) * kElemBytes<F>);
     V x[A][M];
     for (int s = 0; s < A; ++s)
       for (int m = 0; m < M; ++m) x[s][m] = L::load_a(a + m * lda + k + s * W);
@@ -120,6 +129,8 @@ MILRT_WEIGHT_ROWS_TARGET void rows_q8(const WeightRef& w, int64_t j, const float
       for (int m = 0; m < M; ++m) bd[r][m] = L::zero();
     if constexpr (L::kPrefetchNextGroup && R > 1)
       if ((b * block) % 64 == 0) prefetch_next_group<R>(row, size_t(R) * size_t(w.ld), size_t(b * block));
+    if constexpr (L::kPrefetchAhead > 0)
+      if ((b * block) % 64 == 0) prefetch_ahead<L, R>(row, size_t(b * block));
     for (int64_t k = b * block; k < (b + 1) * block; k += W) {
       V x[M];
       for (int m = 0; m < M; ++m) x[m] = L::load_a(a + m * lda + k);
