@@ -83,8 +83,6 @@ struct Avx2Lanes {
   // One accumulator per (row, A row): with 16 ymm, eight rows' accumulators,
   // a row of A and a weight vector already fill them.
   static constexpr int kAccs = 1;
-  static constexpr bool kPrefetchNextGroup = true;
-  static constexpr size_t kPrefetchAhead = 0;  // the next group's prefetch instead (not measured together)
   MILRT_AVX2 static V zero() { return _mm256_setzero_ps(); }
   MILRT_AVX2 static V set1(float x) { return _mm256_set1_ps(x); }
   MILRT_AVX2 static V add(V x, V y) { return _mm256_add_ps(x, y); }

@@ -70,15 +70,6 @@ struct Avx512Lanes {
   // Two accumulators per (row, A row): with 32 zmm there is room, and the
   // FMA chains are half as long.
   static constexpr int kAccs = 2;
-  // Measured on the Zen 4 VM (bench_weight_gemm, weights from DRAM, one
-  // thread): AVX2's prefetch of the next group made these loops 5-28% slower.
-  static constexpr bool kPrefetchNextGroup = false;
-  // Instead, each row 16 KB ahead into L2, as the int8 loops below: one
-  // thread, weights from DRAM, Stories110M's four shapes, two rounds: f16
-  // and bf16 rows 1.0-3.2x as fast as without (least at K = 2048), q8
-  // 1.4-2.8x, f32 0.8-1.7x (near the read bandwidth already); 8 KB ahead did
-  // worse on f16/bf16, 32 KB the same.
-  static constexpr size_t kPrefetchAhead = 16384;
   MILRT_AVX512 static V zero() { return _mm512_setzero_ps(); }
   MILRT_AVX512 static V set1(float x) { return _mm512_set1_ps(x); }
   MILRT_AVX512 static V add(V x, V y) { return _mm512_add_ps(x, y); }

@@ -3,7 +3,7 @@
 // widened to fp32 panels (prefill). A Lanes struct gives the few operations
 // that differ between widths (the loads that widen each weight format in
 // registers, masked tails, the final sum) and the width's tuning: how many
-// accumulators a row keeps per A row and how the rows ahead are prefetched. The int8-activation loops are different algorithms per ISA
+// accumulators a row keeps per A row. The int8-activation loops are different algorithms per ISA
 // (vpdpbusd against vpmaddubsw) and stay in their ISA's file.
 //
 // Included by x86/weight_gemm_avx2.cpp and x86/weight_gemm_avx512.cpp, each
@@ -33,22 +33,24 @@ MILRT_WEIGHT_ROWS_TARGET inline float scale_at(const void* row, bool f16, int64_
   return f16 ? _cvtsh_ss(static_cast<const uint16_t*>(row)[b]) : static_cast<const float*>(row)[b];
 }
 
-// Streams of a few hundred bytes per row are too short for the hardware
-// prefetcher to ramp up: while a group of R rows is read, the same cache line
-// of the next group's rows (`ahead` bytes on) is requested. Measured on the
-// AVX2 VM (bench_weight_gemm, 1 thread, weights evicted): q8 rows 25-55% faster.
-// A prefetch past the matrix's end is harmless (it never faults).
-template <int R, class T>
-MILRT_WEIGHT_ROWS_TARGET inline void prefetch_next_group(T* const* row, size_t ahead, size_t byte) {
-  for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(row[r]) + ahead + byte, _MM_HINT_T0);
-}
+// Bytes ahead of the line being read that each row requests into L2, once
+// per line: eight interleaved row streams lose the hardware prefetcher, and
+// the rows are contiguous, so this runs on through the rows that follow (a
+// prefetch past the matrix's end never faults). As the int8-activation loops
+// do. Measured on the Zen 4 VM (bench_weight_gemm, one thread, weights from
+// DRAM, Stories110M's four shapes, two rounds against no software prefetch
+// on AVX-512): f16 and bf16 rows 1.0-3.2x as fast (least at K = 2048), q8
+// 1.4-2.8x, f32 0.8-1.7x (near the read bandwidth already); 8 KB did worse
+// on f16/bf16, 32 KB the same. On the AVX2 loops (MILRT_ISA=avx2, same VM)
+// it also beat the next group's line prefetched into L1 (their scheme
+// before, which had measured 25-55% faster than nothing for q8 on an AVX2
+// VM): 32000 x 768 f16 4.3 -> 2.3 ms, bf16 4.9 -> 2.3 ms, q8 3.0 -> 1.5 ms
+// (two rounds). Not measured on an AVX2-only CPU.
+constexpr size_t kRowsAhead = 16384;
 
-// Each row's line L::kPrefetchAhead bytes on, into L2, once per line read:
-// the rows are contiguous, so this runs ahead through the rows that follow.
-template <class L, int R, class T>
-MILRT_WEIGHT_ROWS_TARGET inline void prefetch_ahead(T* const* row, size_t byte) {
-  for (int r = 0; r < R; ++r)
-    _mm_prefetch(reinterpret_cast<const char*>(row[r]) + byte + L::kPrefetchAhead, _MM_HINT_T1);
+template <int R, class T>
+MILRT_WEIGHT_ROWS_TARGET inline void prefetch_rows_ahead(T* const* row, size_t byte) {
+  for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(row[r]) + byte + kRowsAhead, _MM_HINT_T1);
 }
 
 // R weight rows from row j against M rows of A, L::kAccs accumulators per
@@ -69,14 +71,14 @@ MILRT_WEIGHT_ROWS_TARGET void rows_plain(const WeightRef& w, int64_t j, const fl
     for (int r = 0; r < R; ++r)
       for (int m = 0; m < M; ++m) acc[s][r][m] = L::zero();
   constexpr int64_t kLine = 64 / kElemBytes<F>;  // elements per cache line
-  static_assert(!L::kPrefetchNextGroup || W * A <= kLine, "one prefetch a step covers at most one line");
-  const size_t ahead = size_t(R) * size_t(w.ld) * kElemBytes<F>;
   int64_t k = 0;
   for (; k + W * A <= K; k += W * A) {
-    if constexpr (L::kPrefetchNextGroup && R > 1)
-      if (k % kLine == 0) prefetch_next_group<R>(row, ahead, size_t(k) * kElemBytes<F>);
-    if constexpr (L::kPrefetchAhead > 0)
-      if (k % kLine == 0) prefetch_ahead<L, R>(row, size_t(k) * kElemBytes<F>);
+    // Every line this step starts (f32 on AVX-512 reads two lines a step).
+    if constexpr (W * A >= kLine) {
+      for (int64_t e = 0; e < W * A; e += kLine) prefetch_rows_ahead<R>(row, size_t(k + e) * kElemBytes<F>);
+    } else if (k % kLine == 0) {
+      prefetch_rows_ahead<R>(row, size_t(k) * kElemBytes<F>);
+    }
     V x[A][M];
     for (int s = 0; s < A; ++s)
       for (int m = 0; m < M; ++m) x[s][m] = L::load_a(a + m * lda + k + s * W);
@@ -127,11 +129,8 @@ MILRT_WEIGHT_ROWS_TARGET void rows_q8(const WeightRef& w, int64_t j, const float
     V bd[R][M];
     for (int r = 0; r < R; ++r)
       for (int m = 0; m < M; ++m) bd[r][m] = L::zero();
-    if constexpr (L::kPrefetchNextGroup && R > 1)
-      if ((b * block) % 64 == 0) prefetch_next_group<R>(row, size_t(R) * size_t(w.ld), size_t(b * block));
-    if constexpr (L::kPrefetchAhead > 0)
-      if ((b * block) % 64 == 0) prefetch_ahead<L, R>(row, size_t(b * block));
     for (int64_t k = b * block; k < (b + 1) * block; k += W) {
+      if (k % 64 == 0) prefetch_rows_ahead<R>(row, size_t(k));  // one byte an element
       V x[M];
       for (int m = 0; m < M; ++m) x[m] = L::load_a(a + m * lda + k);
       for (int r = 0; r < R; ++r) {
