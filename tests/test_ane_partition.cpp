@@ -186,7 +186,9 @@ TEST(AnePacking, RoundTrip) {
     EXPECT_EQ(back[1].dtype(), DType::FP32);
     EXPECT_EQ(back[1].shape(), (Shape{5, 7}));
     for (int i = 0; i < 35; ++i) EXPECT_EQ(back[1].at(size_t(i)), b16(size_t(i)));  // fp32 crosses as fp16
-    if (flat) EXPECT_TRUE(back[3].same_bytes(v[3]));
+    if (flat) {
+      EXPECT_TRUE(back[3].same_bytes(v[3]));
+    }
     expect_error_containing([&] { pack(k, {v[0], v[1]}); }, "values for");
   }
 }

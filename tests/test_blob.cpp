@@ -339,7 +339,9 @@ TEST(Blob, ReadsEveryBlobOfTheRealSileroModels) {
         uint8_t first[4] = {};
         raw.seekg(std::streamoff(l.blob_offset + 64));
         raw.read(reinterpret_cast<char*>(first), std::streamsize(dtype_size(l.type.dtype)));
-        if (l.value.numel()) EXPECT_EQ(l.value.at(0), load_as_double(first, l.type.dtype, 0)) << e.path();
+        if (l.value.numel()) {
+          EXPECT_EQ(l.value.at(0), load_as_double(first, l.type.dtype, 0)) << e.path();
+        }
       }
     }
   }

@@ -185,8 +185,9 @@ TEST(CompiledWeightFormats, Bf16ConstantWeights) {
     const Deviation d = plan_vs_reference(bf16_program(c.rows, uint64_t(c.rows), c.ty), c.tol, what, &steps, opt);
     ASSERT_EQ(steps.size(), 1u);
     EXPECT_EQ(steps[0].kernel, c.kernel);
-    if (c.kernel.find("bf16 weights") != std::string::npos)
+    if (c.kernel.find("bf16 weights") != std::string::npos) {
       EXPECT_DOUBLE_EQ(steps[0].bytes, 4.0 * double(c.rows * (kK + kN)) + 2.0 * kN * kK + 4.0 * kN);
+    }
     std::printf("[weight formats] bf16 weights, %s: %s, deviation %g\n", what.c_str(), steps[0].kernel.c_str(), d.abs);
   }
 }
@@ -295,7 +296,9 @@ TEST(CompiledWeightFormats, LlamaDecoderKeepsWeightsCompact) {
     for (auto& s : ws)
       EXPECT_EQ(s.kernel.rfind(s.ops.back() == "logits" ? c.logits : c.kernel, 0), 0u) << s.kernel << " for "
                                                                                        << s.ops.back();
-    if (c.byte_ratio > 0) EXPECT_LT(bytes_of(ws), c.byte_ratio * bytes_of(f32_steps));
+    if (c.byte_ratio > 0) {
+      EXPECT_LT(bytes_of(ws), c.byte_ratio * bytes_of(f32_steps));
+    }
     EXPECT_LT(r.max_err, 2e-3);
     std::printf("[weight formats] llama tiny %s: %zu weight steps (%s...), %.0f bytes (fp32 plan: %.0f), "
                 "plan vs reference %g (logits up to %g)\n",

@@ -510,7 +510,9 @@ void expect_bundle_bytes(const std::string& storage, int64_t block, const std::s
     }
     EXPECT_EQ(ops, 7 * L + 1);
     EXPECT_EQ(by_dtype["int8"], 7 * L + 1);
-    if (sd == "fp16") EXPECT_EQ(by_dtype["fp16"], 7 * L + 1) << "the scales";
+    if (sd == "fp16") {
+      EXPECT_EQ(by_dtype["fp16"], 7 * L + 1) << "the scales";
+    }
     EXPECT_EQ(mil.find("_q8 = const"), std::string::npos) << "constexpr inputs should be inline literals";
     const llm::BlockQuantized q = llm::quantize_int8_blockwise(wq, block, llm::parse_scale_dtype(sd));
     const std::string name = " l0_wq" + out + " = constexpr_blockwise_shift_scale\\(data";

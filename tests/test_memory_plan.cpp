@@ -180,7 +180,9 @@ TEST(MemoryPlanInPlace, RandomProgramsStayValidAndNeverGrow) {
     EXPECT_EQ(with.total_bytes, without.total_bytes);
     shrunk += with.arena_bytes < without.arena_bytes;
     for (auto& s : with.slots)
-      if (!s.in_place_of.empty()) EXPECT_EQ(with.find(s.in_place_of)->last, s.first) << s.value;
+      if (!s.in_place_of.empty()) {
+        EXPECT_EQ(with.find(s.in_place_of)->last, s.first) << s.value;
+      }
   }
   EXPECT_GT(shrunk, 10);  // in place actually happens
 }

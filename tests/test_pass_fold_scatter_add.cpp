@@ -32,7 +32,7 @@ Program row_scatter(const std::string& rows, const std::string& zeros, const std
 const std::string kFill = "fill(shape = tensor<int32, [2]>([4, 3]), value = fp32(0))";
 
 TEST(FoldScatterAdd, ScattersIntoTheAddendOnEitherSide) {
-  for (const std::string& operands : {"x = a, y = s", "x = s, y = a"}) {
+  for (const char* operands : {"x = a, y = s", "x = s, y = a"}) {
     const Program before = row_scatter("[2, 0]", kFill, operands);
     const Program after = folded(before);
     EXPECT_EQ(op_types(after), (std::vector<std::string>{"scatter"})) << operands;

@@ -191,8 +191,12 @@ TEST(FuseAttention, VariantsOfScaleMaskAndKeyLayout) {
     const Op* a = find_op(after, "milrt_attention");
     ASSERT_TRUE(a);
     EXPECT_EQ(const_input(after, *a, "fused_from")->strings().at(0), c.fused_from);
-    if (c.s.scale == "real_div") EXPECT_NEAR(const_input(after, *a, "scale")->at(0), 1 / 0x1.6a09e6p+1, 1e-7);
-    if (c.s.k == "swap") EXPECT_EQ(rewrite::var_of(*a, "k"), "k");
+    if (c.s.scale == "real_div") {
+      EXPECT_NEAR(const_input(after, *a, "scale")->at(0), 1 / 0x1.6a09e6p+1, 1e-7);
+    }
+    if (c.s.k == "swap") {
+      EXPECT_EQ(rewrite::var_of(*a, "k"), "k");
+    }
     expect_numerics(before, after, c.s.scale + "/" + c.s.mask + "/" + c.s.k);
   }
 }

@@ -400,7 +400,9 @@ TEST(FuseGemmEpilogue, RealProgramsComputeTheSame) {
       // each of its other products from its epilogue.
       const std::map<std::string, int> by_hand = {
           {"seed1/backprop_train.mil", 3}, {"seed1/conv_chain_silu.mil", 1}, {"seed1/rms_q8_swiglu.mil", 1}};
-      if (by_hand.count(name)) EXPECT_EQ(n, by_hand.at(name)) << "milrt_gemm ops";
+      if (by_hand.count(name)) {
+        EXPECT_EQ(n, by_hand.at(name)) << "milrt_gemm ops";
+      }
     } else {
       // Every product in today's bundles is a 1x1 conv with a bias into a
       // sigmoid (silero-vad's decoder heads): none may stay unfused.

@@ -40,7 +40,9 @@ TEST(SinkReshapes, MovesAReshapeBelowAnElementwiseChain) {
   EXPECT_EQ(y->type, "reshape");
   EXPECT_EQ(input_of(after, "sigmoid", "x"), "m");
   for (const Op& op : after.functions[0].ops)
-    if (op.type != "reshape" && op.type != "const") EXPECT_EQ(op.outputs[0].type.shape, (Shape{1, 64, 1})) << op.type;
+    if (op.type != "reshape" && op.type != "const") {
+      EXPECT_EQ(op.outputs[0].type.shape, (Shape{1, 64, 1})) << op.type;
+    }
   expect_same_outputs(before, after);
 }
 

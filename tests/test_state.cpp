@@ -126,7 +126,9 @@ TEST(StatePlan, AccumulatesAcrossRunsAndMatchesTheReference) {
     for (auto& s : plan.steps()) in_place += s.kernel == "read_state (in place)";
     EXPECT_EQ(in_place, 2);
     for (auto& s : plan.steps())
-      if (s.ops == std::vector<std::string>{"u"}) EXPECT_EQ(s.kernel, "coreml_update_state (result in place)");
+      if (s.ops == std::vector<std::string>{"u"}) {
+        EXPECT_EQ(s.kernel, "coreml_update_state (result in place)");
+      }
 
     std::mt19937 rng(5);
     std::uniform_real_distribution<double> u(-1, 1);

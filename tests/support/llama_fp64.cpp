@@ -121,7 +121,7 @@ std::vector<double> llama_logits(const LlamaShape& s, const Weights& w, const st
     Vec x(size_t(T * D));
     for (int64_t t = 0; t < T; ++t)
       for (int64_t i = 0; i < D; ++i) x[t * D + i] = emb[tokens[b * T + t] * D + i];
-    for (int64_t l = 0; l < s.layers; ++l) block(x, ls, w, "l" + std::to_string(l) + "_", T);
+    for (int64_t l = 0; l < s.layers; ++l) block(x, ls, w, std::string("l").append(std::to_string(l)).append("_"), T);
     Vec xf = rmsnorm(x, get(w, "rms_final"), T, D, s.norm_eps);
     Vec lg = matvec_rows(xf, cls, T, D, V);
     logits.insert(logits.end(), lg.begin(), lg.end());

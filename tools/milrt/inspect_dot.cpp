@@ -67,7 +67,7 @@ std::string plan_dot(const Plan& plan, const Function& f) {
       if (auto it = defining.find(v); it != defining.end() && !step_of.count(it->second)) {
         step_of[it->second] = i;
         op_of[i] = it->second;
-        for (const Output& o : it->second->outputs) producer[o.name] = "s" + std::to_string(i);
+        for (const Output& o : it->second->outputs) producer[o.name] = std::string("s").append(std::to_string(i));
         break;
       }
     out += "  s" + std::to_string(i) + " [label=" +
@@ -88,7 +88,7 @@ std::string plan_dot(const Plan& plan, const Function& f) {
         if (args[k]->kind == Arg::Kind::Tuple)
           for (const Arg& e : args[k]->elems) args.push_back(&e);
         else if (args[k]->kind == Arg::Kind::Var)
-          edge(args[k]->var, "s" + std::to_string(i));
+          edge(args[k]->var, std::string("s").append(std::to_string(i)));
       }
     }
   for (size_t i = 0; i < f.outputs.size(); ++i) {

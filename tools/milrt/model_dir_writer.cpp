@@ -60,7 +60,8 @@ ModelDirFormat model_dir_format(const std::string& cmd, const std::string& forma
 void write_model_dir(const std::string& cmd, const fs::path& out, ModelDirFormat format, bool overwrite,
                      const std::function<void(const fs::path& tmp)>& write) {
   check_out(cmd, out, overwrite, format);
-  const fs::path tmp = out.parent_path() / ("." + out.filename().string() + ".tmp" + std::to_string(getpid()));
+  const fs::path tmp =
+      out.parent_path() / std::string(".").append(out.filename().string()).append(".tmp").append(std::to_string(getpid()));
   std::error_code ec;
   fs::remove_all(tmp, ec);
   try {

@@ -18,6 +18,12 @@ namespace {
 
 template <class V> struct Simd;
 
+// __m256 and __m512 carry attributes (vector size, may_alias) that a template
+// argument drops; GCC warns (-Wignored-attributes), but the specializations
+// only need the types to be distinct, which they stay.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wignored-attributes"
+
 #if defined(__AVX2__) && defined(__FMA__)
 template <> struct Simd<__m256> {
   using V = __m256;
@@ -63,6 +69,7 @@ template <> struct Simd<__m512> {
   static V times_pow2(V y, V n) { return _mm512_scalef_ps(y, n); }
 };
 #endif
+#pragma GCC diagnostic pop
 
 // e^x to ~1 ulp (Cephes expf polynomial, as exp_poly in
 // kernels/generic/vec_math.h), within Simd<V>'s range. NaN propagates

@@ -6,11 +6,11 @@
 // (exact). With int8 activations, q8 rows are multiplied by the quantized A
 // with vpdpbusd (AVX512-VNNI) instead, never widened; q4 rows stream through
 // the same loops, 128 values a 64-byte load, their nibbles split in
-// registers. Otherwise q4 rows are unpacked to int8 first (unpack_q4_avx512). Compiled through
-// the target attribute (no special flags), so any inline code from shared headers
-// this file instantiates stays baseline x86-64; only called when the avx512
-// path is usable (generic/weight_gemm.cpp), the VNNI loops only on a CPU with
-// avx512_vnni.
+// registers. Otherwise q4 rows are unpacked to int8 first
+// (unpack_q4_avx512). Compiled through the target attribute (no special
+// flags), so any inline code from shared headers this file instantiates
+// stays baseline x86-64; only called when the avx512 path is usable
+// (generic/weight_gemm.cpp), the VNNI loops only on a CPU with avx512_vnni.
 #if defined(__x86_64__)
 #include <immintrin.h>
 
@@ -102,14 +102,15 @@ struct Avx512Lanes {
 // lane sums w·qa + bias·qa, and bias · Σ qa over each block, computed once per
 // call with the quantized A, is taken off the block's sum. A block is a run
 // of lanes (block < chunk: chunk / block blocks a chunk) or of whole chunks
-// (block a multiple of the chunk, accumulated in one vector). Pairs of vectors are then added lane pair by
-// lane pair until one vector holds the 16 blocks' exact sums: lanes l and
-// l ^ d for d = 1, 2, 4, 8, so that most steps are in-lane vpshufd (a
-// reduction by vpermt2d into block order took a fifth of the kernel's time on
-// Zen 4), then one vpermd puts the blocks in order. Converted to fp32 (exact below 2^24, i.e.
-// for blocks up to 1032), each sum is scaled by weight scale · activation
-// scale and added into a 16-lane fp32 accumulator, summed once at the end of
-// the row.
+// (block a multiple of the chunk, accumulated in one vector). Pairs of
+// vectors are then added lane pair by lane pair until one vector holds the
+// 16 blocks' exact sums: lanes l and l ^ d for d = 1, 2, 4, 8, so that most
+// steps are in-lane vpshufd (a reduction by vpermt2d into block order took a
+// fifth of the kernel's time on Zen 4), then one vpermd puts the blocks in
+// order. Converted to fp32 (exact below 2^24, i.e. for q8 blocks up to 1032
+// and q4 blocks up to 16512), each sum is scaled by weight scale ·
+// activation scale and added into a 16-lane fp32 accumulator, summed once at
+// the end of the row.
 
 // The int8 helpers are recursive templates called many times per row: forced
 // inline, else GCC leaves the row's last group as out-of-line calls.
