@@ -70,12 +70,13 @@
 // elements, and each half meets 64 bytes of A, which is stored for this path
 // with each 128 values' even elements first (measured 1.06-1.65 times the
 // speed of widening each 32 bytes to w + 128 in element order, which took
-// twice the instructions per value: about 20 GB/s of q4 on one Zen 4
-// thread, as fast per byte as q8). Everything else (fp32 activations, the AVX2 and
-// portable rows, panels) first unpacks 8 weight rows at a time to int8 (16
-// KiB at K = 2048: they stay in L1; AVX-512, AVX2 or portable unpacking,
-// exact on all) and runs the q8 loops on them: unpacking costs about what
-// the halved reads save, so there q4 runs at about q8's speed per weight.
+// about 1.7 times the instructions per value: about 20 GB/s of q4 on one
+// Zen 4 thread, as fast per byte as q8). Everything else (fp32 activations,
+// the AVX2 and portable rows, panels) first unpacks 8 weight rows at a time
+// to int8 (16 KiB at K = 2048: they stay in L1; AVX-512, AVX2 or portable
+// unpacking, exact on all) and runs the q8 loops on them: unpacking costs
+// about what the halved reads save, so there q4 runs at about q8's speed per
+// weight.
 #pragma once
 #include <cstddef>
 #include <cstdint>
