@@ -145,7 +145,9 @@ struct KB {
 // a partial one; Stories-like 768.
 const KB kShapes[] = {{2, 2},     {18, 2},    {12, 4},    {100, 4},   {24, 8},    {200, 8},   {48, 16},
                       {400, 16},  {96, 32},   {544, 32},  {768, 32},  {96, 48},   {240, 48},  {128, 64},
-                      {320, 64},  {1088, 64}, {384, 128}, {2304, 128}, {384, 192}, {512, 256}, {4352, 256}};
+                      {320, 64},  {1088, 64}, {384, 128}, {2304, 128}, {384, 192}, {512, 256}, {4352, 256},
+                      // whole groups of 8 blocks (the AVX2 q4 loops take only these)
+                      {64, 8},    {256, 32},  {512, 64},  {1024, 128}, {2048, 16}};
 
 TEST(WeightGemmInt4, MatchesFp64EveryShapeAndIsa) {
   std::mt19937 rng(41);
@@ -240,7 +242,7 @@ TEST(WeightGemmInt4, SameBitsAsQ8WithTheSameValues) {
   std::mt19937 rng(45);
   for (Isa isa : test::tested_paths())
     for (KB s : {KB{768, 32}, KB{96, 48}, KB{18, 2}, KB{100, 4}, KB{200, 8}, KB{400, 16}, KB{320, 64}, KB{2304, 128},
-                 KB{384, 192}})
+                 KB{384, 192}, KB{64, 8}, KB{512, 64}, KB{1024, 128}, KB{2048, 16}})
       for (int64_t M : {1, 3, 37})
         for (ActivationQuant aq : {ActivationQuant::none, ActivationQuant::int8}) {
           const int64_t N = 70;

@@ -71,8 +71,12 @@
 // with each 128 values' even elements first (measured 1.06-1.65 times the
 // speed of widening each 32 bytes to w + 128 in element order, which took
 // about 1.7 times the instructions per value: about 20 GB/s of q4 on one
-// Zen 4 thread, as fast per byte as q8). Everything else (fp32 activations,
-// the AVX2 and portable rows, panels) first unpacks 8 weight rows at a time
+// Zen 4 thread, as fast per byte as q8). The AVX2 int8 rows do the same with
+// 32-byte loads (64 values, w + 8 as vpmaddubsw's unsigned operand) for
+// blocks of 8, 16, 32 or a multiple of 64 when a row's blocks come in whole
+// groups of 8 (their last, partial group would keep partial sums split
+// differently from q8's). Everything else (fp32 activations, the other
+// blocks, the portable rows, panels) first unpacks 8 weight rows at a time
 // to int8 (16 KiB at K = 2048: they stay in L1; AVX-512, AVX2 or portable
 // unpacking, exact on all) and runs the q8 loops on them: unpacking costs
 // about what the halved reads save, so there q4 runs at about q8's speed per

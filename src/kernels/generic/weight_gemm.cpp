@@ -39,13 +39,15 @@ void widen_rows_avx2(const WeightRef& w, int64_t j0, int64_t j1, float* dst);
 // vpdpbusd on 64-byte chunks (needs avx512_vnni; a block of 4, 8, 16, 32 or a
 // multiple of 64; also reads 128 · Σ qa per block, int32 at sq + i·lds), and
 // vpmaddubsw + vpmaddwd on 32-byte chunks (a block of 4, 8, 16 or a multiple
-// of 32). The VNNI loops also take q4 rows themselves, 128 values a chunk (a
-// block of 8, 16, 32, 64 or a multiple of 128), with A in the layout
-// split_even_odd gives (ldq a multiple of 128) and 8 · Σ qa per block at sq.
+// of 32). Both also take q4 rows themselves, in chunks of 128 (VNNI: a block
+// of 8, 16, 32, 64 or a multiple of 128) or 64 values (AVX2: a block of 8,
+// 16, 32 or a multiple of 64, in whole groups of 8 blocks), with A in the
+// layout split_even_odd gives for that chunk (ldq a multiple of it) and
+// 8 · Σ qa per block at sq.
 void int8_rows_avx512_vnni(const WeightRef& w, int64_t j0, int64_t j1, int M, const int8_t* qa, int64_t ldq,
                            const float* sa, const int32_t* sq, int64_t lds, float* out, int64_t ldo);
 void int8_rows_avx2(const WeightRef& w, int64_t j0, int64_t j1, int M, const int8_t* qa, int64_t ldq,
-                    const float* sa, int64_t lds, float* out, int64_t ldo);
+                    const float* sa, const int32_t* sq, int64_t lds, float* out, int64_t ldo);
 // k q4 values (k even) from src into dst as int8.
 void unpack_q4_avx512(const uint8_t* src, int64_t k, int8_t* dst);
 void unpack_q4_avx2(const uint8_t* src, int64_t k, int8_t* dst);
@@ -128,6 +130,12 @@ bool int8_fits(const WeightRef& w, int64_t chunk) {
 // 128-value chunks, 8 values a lane.
 bool vnni_fits(const WeightRef& w) {
   return w.format == WeightFormat::q4 ? w.block % 8 == 0 && int8_fits(w, 128) : int8_fits(w, 64);
+}
+// The AVX2 loops take q4 in 64-value chunks, 8 values a lane, and only whole
+// groups of 8 blocks: their last, partial group keeps partial sums whose
+// split depends on the chunk, so q4 would no longer give q8's bits there.
+bool avx2_q4_fits(const WeightRef& w) {
+  return w.format == WeightFormat::q4 && w.block % 8 == 0 && int8_fits(w, 64) && (w.k / w.block) % 8 == 0;
 }
 // Which int8 rows run: AVX-512 needs VNNI for vpdpbusd; without it (and for
 // multiples of 32 that 64 does not divide) the AVX2 loops run, which every
@@ -256,16 +264,17 @@ MILRT_CLONES(void, quantize_rows,
   }
 }
 
-// Each 128-byte chunk of the M quantized rows of A (ldq apart, ldq a multiple
-// of 128) rewritten as its 64 even elements, then its 64 odd ones: the order
-// in which the VNNI loops split a 64-byte load of q4 nibbles.
-void split_even_odd(int64_t M, int8_t* q, int64_t ldq) {
-  int8_t chunk[128];
+// Each `chunk`-byte piece (64 or 128) of the M quantized rows of A (ldq
+// apart, ldq a multiple of chunk) rewritten as its even elements, then its
+// odd ones: the order in which the q4 loops split a load of nibbles.
+void split_even_odd(int64_t M, int8_t* q, int64_t ldq, int64_t chunk) {
+  int8_t part[128];
+  const int64_t half = chunk / 2;
   for (int64_t i = 0; i < M; ++i)
-    for (int64_t c = 0; c < ldq; c += 128) {
+    for (int64_t c = 0; c < ldq; c += chunk) {
       int8_t* p = q + i * ldq + c;
-      for (int t = 0; t < 64; ++t) chunk[t] = p[2 * t], chunk[64 + t] = p[2 * t + 1];
-      std::memcpy(p, chunk, 128);
+      for (int64_t t = 0; t < half; ++t) part[t] = p[2 * t], part[half + t] = p[2 * t + 1];
+      std::memcpy(p, part, size_t(chunk));
     }
 }
 
@@ -433,28 +442,29 @@ void stream(int64_t M, const float* a, int64_t lda, const WeightRef& w, float* c
   const int8_t* qa = nullptr;
   const float* sa = nullptr;
   const int32_t* sq = nullptr;
-  // q4 on the VNNI loops: 128 values a chunk, A's chunks split into even and
-  // odd elements, and the nibbles biased by 8 instead of q8's 128. The blocks
-  // they cannot take in 8s (4, and odd multiples of 64) run there unpacked.
-  const bool q4_chunks = int8 && path == RowsPath::avx512 && w.format == WeightFormat::q4 && vnni_fits(w);
+  // q4 on the VNNI or AVX2 loops: 128 or 64 values a chunk, A's chunks split
+  // into even and odd elements, and the nibbles biased by 8 (q8's: 128). The
+  // q4 weights those loops cannot take run on them unpacked.
+  const bool q4_chunks = int8 && w.format == WeightFormat::q4 &&
+                         ((path == RowsPath::avx512 && vnni_fits(w)) || (path == RowsPath::avx2 && avx2_q4_fits(w)));
   if (int8) {
-    const int64_t chunk = q4_chunks ? 128 : 64;
+    const int64_t chunk = q4_chunks && path == RowsPath::avx512 ? 128 : 64;
     ldq = (w.k + chunk - 1) / chunk * chunk;
     lds = (w.k / w.block + 15) / 16 * 16;
     auto* buf = static_cast<std::byte*>(t_quantized.get(size_t(M * (lds * 8 + ldq))));
     float* s = reinterpret_cast<float*>(buf);
     int32_t* sums = reinterpret_cast<int32_t*>(buf + M * lds * 4);
     int8_t* q = reinterpret_cast<int8_t*>(buf + M * lds * 8);
-    quantize_rows(M, a, lda, w.k, w.block, q, ldq, s, path == RowsPath::avx512 ? sums : nullptr, q4_chunks ? 8 : 128,
-                  lds);
-    if (q4_chunks) split_even_odd(M, q, ldq);
+    quantize_rows(M, a, lda, w.k, w.block, q, ldq, s, path == RowsPath::avx512 || q4_chunks ? sums : nullptr,
+                  q4_chunks ? 8 : 128, lds);
+    if (q4_chunks) split_even_odd(M, q, ldq, chunk);
     qa = q, sa = s, sq = sums;
   }
   // Dot products of rows [j0, j1) of v (q8 or a format the plain loops take) into out.
   auto rows = [&](const WeightRef& v, int64_t j0, int64_t j1, float* out) {
 #if defined(__x86_64__)
     if (int8 && path == RowsPath::avx512) int8_rows_avx512_vnni(v, j0, j1, int(M), qa, ldq, sa, sq, lds, out, kStreamBlock);
-    else if (int8 && path == RowsPath::avx2) int8_rows_avx2(v, j0, j1, int(M), qa, ldq, sa, lds, out, kStreamBlock);
+    else if (int8 && path == RowsPath::avx2) int8_rows_avx2(v, j0, j1, int(M), qa, ldq, sa, sq, lds, out, kStreamBlock);
     else if (int8) int8_rows_generic(v, j0, j1, int(M), qa, ldq, sa, lds, out, kStreamBlock);
     else if (path == RowsPath::avx512) weight_rows_avx512(v, j0, j1, int(M), a, lda, out, kStreamBlock);
     else if (path == RowsPath::avx2) weight_rows_avx2(v, j0, j1, int(M), a, lda, out, kStreamBlock);

@@ -5,7 +5,9 @@
 // widened in registers right after the load: fp16 with vcvtph2ps, bf16 by a
 // 16-bit shift into an fp32 word (exact), int8 with vpmovsxbd + vcvtdq2ps
 // (exact). With int8 activations, q8 rows are multiplied by the quantized A
-// with vpmaddubsw + vpmaddwd instead (also on AVX-512 CPUs without VNNI).
+// with vpmaddubsw + vpmaddwd instead (also on AVX-512 CPUs without VNNI), and
+// q4 rows whose blocks come in whole groups of 8 stream through the same
+// loops, 64 values a 32-byte load, their nibbles split in registers. Other
 // q4 rows are unpacked to int8 here (unpack_q4_avx2) and then run as q8 rows.
 // Compiled through the target attribute (no special flags), so any
 // inline code from shared headers this file instantiates stays baseline x86-64;
@@ -119,7 +121,11 @@ struct Avx2Lanes {
 // inline, else GCC leaves the row's last group as out-of-line calls.
 #define MILRT_INLINE __attribute__((always_inline))
 
+// Q4: w holds q4 nibbles, two a byte, taken 64 values a chunk instead of
+// q8's 32 (see chunk_dp); only whole groups of 8 blocks.
+template <bool Q4>
 struct Int8Row {
+  static constexpr int64_t kChunk = Q4 ? 64 : 32;  // row elements one vector of sums covers
   const int8_t* w;    // the weight row
   const int8_t* qa;   // A's quantized rows, ldq apart, zero from k on
   int64_t ldq, k, block;
@@ -132,28 +138,55 @@ struct Int8Row {
 // measured best on Zen 4.
 constexpr int64_t kInt8Ahead = 16384;
 
-// acc[m] += the 8 lanes of chunk [k, k + 32) of the row against A row m;
-// bytes from k + left on count as zero (Masked: the end of the row, read
-// through a zeroed copy as AVX2 has no byte-masked load).
-template <int M, bool Masked>
-MILRT_AVX2 MILRT_INLINE inline void chunk_dp(const Int8Row& r, int64_t k, int64_t left, __m256i* acc) {
-  __m256i w;
-  if constexpr (Masked) {
-    alignas(32) int8_t buf[32] = {};
-    std::memcpy(buf, r.w + k, size_t(std::min<int64_t>(left, 32)));
-    w = _mm256_load_si256(reinterpret_cast<const __m256i*>(buf));
-  } else {
-    w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r.w + k));
-  }
-  if (k % 64 == 0) _mm_prefetch(reinterpret_cast<const char*>(r.w + k) + kInt8Ahead, _MM_HINT_T1);
-  const __m256i aw = _mm256_abs_epi8(w);  // -128 -> 0x80: 128 as the unsigned operand
+// acc[m] += the 8 lanes of chunk [k, k + kChunk) of the row against A row m,
+// lane l summing elements k + l·kChunk/8 .. + kChunk/8 - 1 (in some order).
+//  q8: bytes from k + left on count as zero (Masked: the end of the row,
+//  read through a zeroed copy as AVX2 has no byte-masked load).
+//  q4: 32 bytes of nibbles n = w & 15; xor 0x88 makes each w + 8 (0..15), a
+//  mask and a 16-bit shift split the chunk's even and odd elements, and each
+//  half meets 32 bytes of A, which stream() stores for this path as each
+//  64-value chunk's even elements, then its odd ones. vpmaddubsw takes
+//  w + 8 as its unsigned operand (pairs at most 2·15·127, the two halves'
+//  sum 7620: never saturated); 8·Σ qa per block comes off in int8_group.
+//  Never masked: these rows run only whole groups.
+template <int M, bool Masked, bool Q4>
+MILRT_AVX2 MILRT_INLINE inline void chunk_dp(const Int8Row<Q4>& r, int64_t k, int64_t left, __m256i* acc) {
   const __m256i ones = _mm256_set1_epi16(1);
+  if constexpr (Q4) {
+    static_assert(!Masked, "q4 rows run whole groups only");
+    const auto* p = reinterpret_cast<const uint8_t*>(r.w) + k / 2;
+    if (k % 128 == 0) _mm_prefetch(reinterpret_cast<const char*>(p) + kInt8Ahead, _MM_HINT_T1);
+    const __m256i b = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)),
+                                       _mm256_set1_epi8(char(0x88)));
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    const __m256i even = _mm256_and_si256(b, low), odd = _mm256_and_si256(_mm256_srli_epi16(b, 4), low);
 #pragma GCC unroll 16
-  for (int m = 0; m < M; ++m) {
-    // A is zero-padded to a multiple of 64 bytes: whole loads stay in its buffer.
-    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r.qa + m * r.ldq + k));
-    const __m256i p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, w));
-    acc[m] = _mm256_add_epi32(acc[m], _mm256_madd_epi16(p16, ones));
+    for (int m = 0; m < M; ++m) {
+      // A is zero-padded to a multiple of 64 bytes: whole loads stay in its buffer.
+      const int8_t* x = r.qa + m * r.ldq + k;
+      const __m256i p16 =
+          _mm256_add_epi16(_mm256_maddubs_epi16(even, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x))),
+                           _mm256_maddubs_epi16(odd, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32))));
+      acc[m] = _mm256_add_epi32(acc[m], _mm256_madd_epi16(p16, ones));
+    }
+  } else {
+    __m256i w;
+    if constexpr (Masked) {
+      alignas(32) int8_t buf[32] = {};
+      std::memcpy(buf, r.w + k, size_t(std::min<int64_t>(left, 32)));
+      w = _mm256_load_si256(reinterpret_cast<const __m256i*>(buf));
+    } else {
+      w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r.w + k));
+    }
+    if (k % 64 == 0) _mm_prefetch(reinterpret_cast<const char*>(r.w + k) + kInt8Ahead, _MM_HINT_T1);
+    const __m256i aw = _mm256_abs_epi8(w);  // -128 -> 0x80: 128 as the unsigned operand
+#pragma GCC unroll 16
+    for (int m = 0; m < M; ++m) {
+      // A is zero-padded to a multiple of 64 bytes: whole loads stay in its buffer.
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r.qa + m * r.ldq + k));
+      const __m256i p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, w));
+      acc[m] = _mm256_add_epi32(acc[m], _mm256_madd_epi16(p16, ones));
+    }
   }
 }
 
@@ -164,19 +197,22 @@ MILRT_AVX2 MILRT_INLINE inline __m256i pair_sums(__m256i x, __m256i y) {
 
 // Blocks [b0, b0 + Nb) of the row against each A row m: out[m]'s 8 lanes
 // hold 8 / Nb partial sums per block, in block order. Base is the number of
-// blocks one chunk-vector covers (32 / block, or 1 for a multiple of 32).
-template <int Nb, int Base, int M, bool Tail>
-MILRT_AVX2 MILRT_INLINE inline void block_sums(const Int8Row& r, int64_t b0, __m256i* out) {
+// blocks one chunk-vector covers (chunk / block, or 1 for a multiple of the
+// chunk).
+template <int Nb, int Base, int M, bool Tail, bool Q4>
+MILRT_AVX2 MILRT_INLINE inline void block_sums(const Int8Row<Q4>& r, int64_t b0, __m256i* out) {
   if constexpr (Nb == Base) {
 #pragma GCC unroll 16
     for (int m = 0; m < M; ++m) out[m] = _mm256_setzero_si256();
     const int64_t k0 = b0 * r.block;
     if (Tail && k0 >= r.k) return;
     if constexpr (Base == 1) {
-      for (int64_t k = k0; k < k0 + r.block; k += 32) chunk_dp<M, false>(r, k, 32, out);
+      for (int64_t k = k0; k < k0 + r.block; k += r.kChunk) chunk_dp<M, false>(r, k, r.kChunk, out);
+    } else if constexpr (Tail) {
+      if (r.k - k0 < r.kChunk) chunk_dp<M, true>(r, k0, r.k - k0, out);
+      else chunk_dp<M, false>(r, k0, r.kChunk, out);
     } else {
-      if (Tail && r.k - k0 < 32) chunk_dp<M, true>(r, k0, r.k - k0, out);
-      else chunk_dp<M, false>(r, k0, 32, out);
+      chunk_dp<M, false>(r, k0, r.kChunk, out);
     }
   } else {
     __m256i x[M], y[M];
@@ -192,12 +228,19 @@ MILRT_AVX2 MILRT_INLINE inline void block_sums(const Int8Row& r, int64_t b0, __m
 // 8 / Nb lanes a block in block order, are scaled lane by lane by their
 // block's weight scale · activation scale (spread from block order with one
 // vpermps when Nb < 8; the lanes of a block are added in the accumulator).
-// Masked: the group ends in a part of a chunk.
-template <int Nb, int Base, int M, bool Masked>
-MILRT_AVX2 MILRT_INLINE inline void int8_group(const Int8Row& r, int64_t b0, int64_t count, const float* sa,
-                                               int64_t lds, __m256* acc) {
+// Masked: the group ends in a part of a chunk. Q4 (whole groups only): 8·Σ qa
+// of each block (sq, in the activation scales' layout) comes off its sum.
+template <int Nb, int Base, int M, bool Masked, bool Q4>
+MILRT_AVX2 MILRT_INLINE inline void int8_group(const Int8Row<Q4>& r, int64_t b0, int64_t count, const float* sa,
+                                               const int32_t* sq, int64_t lds, __m256* acc) {
   __m256i sums[M];
   block_sums<Nb, Base, M, Masked>(r, b0, sums);
+  if constexpr (Q4) {
+    static_assert(Nb == 8 && !Masked, "q4 rows run whole groups only: one lane a block");
+#pragma GCC unroll 16
+    for (int m = 0; m < M; ++m)
+      sums[m] = _mm256_sub_epi32(sums[m], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sq + m * lds + b0)));
+  }
   constexpr bool whole = Nb == 8 && !Masked;
   const __m256i have = tail_mask(count);
   // Whole groups read 8 scales in bounds (A's are padded to a multiple of 16).
@@ -226,74 +269,88 @@ MILRT_AVX2 MILRT_INLINE inline void int8_group(const Int8Row& r, int64_t b0, int
 // The row's last nb - b0 < 8 blocks: halves of a group while whole chunks
 // remain, then a masked chunk for the blocks that only fill part of one.
 template <int Base, int M>
-MILRT_AVX2 MILRT_INLINE inline void int8_tail(const Int8Row& r, int64_t nb, int64_t b0, const float* sa,
+MILRT_AVX2 MILRT_INLINE inline void int8_tail(const Int8Row<false>& r, int64_t nb, int64_t b0, const float* sa,
                                               int64_t lds, __m256* acc) {
   if constexpr (Base <= 4)
-    if (nb - b0 >= 4) int8_group<4, Base, M, false>(r, b0, 4, sa, lds, acc), b0 += 4;
+    if (nb - b0 >= 4) int8_group<4, Base, M, false>(r, b0, 4, sa, nullptr, lds, acc), b0 += 4;
   if constexpr (Base <= 2)
-    if (nb - b0 >= 2) int8_group<2, Base, M, false>(r, b0, 2, sa, lds, acc), b0 += 2;
+    if (nb - b0 >= 2) int8_group<2, Base, M, false>(r, b0, 2, sa, nullptr, lds, acc), b0 += 2;
   if constexpr (Base == 1)
-    if (nb - b0 >= 1) int8_group<1, Base, M, false>(r, b0, 1, sa, lds, acc), b0 += 1;
-  if (b0 < nb) int8_group<Base, Base, M, true>(r, b0, nb - b0, sa, lds, acc);
+    if (nb - b0 >= 1) int8_group<1, Base, M, false>(r, b0, 1, sa, nullptr, lds, acc), b0 += 1;
+  if (b0 < nb) int8_group<Base, Base, M, true>(r, b0, nb - b0, sa, nullptr, lds, acc);
 }
 
 // R weight rows from j, each against the M rows of A, interleaved (their
 // dependency chains are independent); int8_rows takes R = 1.
-template <int Base, int M, int R>
+template <bool Q4, int Base, int M, int R>
 MILRT_AVX2 MILRT_INLINE inline void int8_rows_r(const WeightRef& w, int64_t j, const int8_t* qa, int64_t ldq,
-                                                const float* sa, int64_t lds, float* out, int64_t ldo, int64_t col) {
+                                                const float* sa, const int32_t* sq, int64_t lds, float* out,
+                                                int64_t ldo, int64_t col) {
   const int64_t K = w.k, nb = K / w.block;
-  Int8Row r[R];
+  Int8Row<Q4> r[R];
   __m256 acc[R][M];
 #pragma GCC unroll 16
   for (int i = 0; i < R; ++i) {
-    r[i] = Int8Row{static_cast<const int8_t*>(w.data) + (j + i) * w.ld, qa, ldq, K, w.block,
-                   weight_scale_row(w, j + i), w.scale_type == ElemType::f16};
+    r[i] = Int8Row<Q4>{static_cast<const int8_t*>(w.data) + (j + i) * (Q4 ? w.ld / 2 : w.ld), qa, ldq, K, w.block,
+                       weight_scale_row(w, j + i), w.scale_type == ElemType::f16};
 #pragma GCC unroll 16
     for (int m = 0; m < M; ++m) acc[i][m] = _mm256_setzero_ps();
   }
   int64_t b0 = 0;
   for (; b0 + 8 <= nb; b0 += 8)
 #pragma GCC unroll 16
-    for (int i = 0; i < R; ++i) int8_group<8, Base, M, false>(r[i], b0, 8, sa, lds, acc[i]);
-  if (b0 < nb)
+    for (int i = 0; i < R; ++i) int8_group<8, Base, M, false>(r[i], b0, 8, sa, sq, lds, acc[i]);
+  if constexpr (!Q4)  // the caller gives q4 rows whole groups only
+    if (b0 < nb)
 #pragma GCC unroll 16
-    for (int i = 0; i < R; ++i) int8_tail<Base, M>(r[i], nb, b0, sa, lds, acc[i]);
+      for (int i = 0; i < R; ++i) int8_tail<Base, M>(r[i], nb, b0, sa, lds, acc[i]);
 #pragma GCC unroll 16
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 16
     for (int m = 0; m < M; ++m) out[m * ldo + col + i] = reduce8(acc[i][m]);
 }
 
-template <int Base, int M>
+template <bool Q4, int Base, int M>
 MILRT_AVX2 void int8_rows(const WeightRef& w, int64_t j0, int64_t j1, const int8_t* qa, int64_t ldq,
-                          const float* sa, int64_t lds, float* out, int64_t ldo) {
+                          const float* sa, const int32_t* sq, int64_t lds, float* out, int64_t ldo) {
   // One row at a time: with 16 ymm, interleaving rows (as the AVX-512 loops
   // do) spilled and measured 10-30% slower on Zen 4 (MILRT_ISA=avx2).
-  for (int64_t j = j0; j < j1; ++j) int8_rows_r<Base, M, 1>(w, j, qa, ldq, sa, lds, out, ldo, j - j0);
+  for (int64_t j = j0; j < j1; ++j) int8_rows_r<Q4, Base, M, 1>(w, j, qa, ldq, sa, sq, lds, out, ldo, j - j0);
 }
 
-template <int Base>
+template <bool Q4, int Base>
 MILRT_AVX2 void int8_rows_m(const WeightRef& w, int64_t j0, int64_t j1, int M, const int8_t* qa, int64_t ldq,
-                            const float* sa, int64_t lds, float* out, int64_t ldo) {
+                            const float* sa, const int32_t* sq, int64_t lds, float* out, int64_t ldo) {
   switch (M) {
-    case 1: int8_rows<Base, 1>(w, j0, j1, qa, ldq, sa, lds, out, ldo); break;
-    case 2: int8_rows<Base, 2>(w, j0, j1, qa, ldq, sa, lds, out, ldo); break;
-    case 3: int8_rows<Base, 3>(w, j0, j1, qa, ldq, sa, lds, out, ldo); break;
-    default: int8_rows<Base, 4>(w, j0, j1, qa, ldq, sa, lds, out, ldo); break;
+    case 1: int8_rows<Q4, Base, 1>(w, j0, j1, qa, ldq, sa, sq, lds, out, ldo); break;
+    case 2: int8_rows<Q4, Base, 2>(w, j0, j1, qa, ldq, sa, sq, lds, out, ldo); break;
+    case 3: int8_rows<Q4, Base, 3>(w, j0, j1, qa, ldq, sa, sq, lds, out, ldo); break;
+    default: int8_rows<Q4, Base, 4>(w, j0, j1, qa, ldq, sa, sq, lds, out, ldo); break;
   }
 }
 
 }  // namespace
 
 MILRT_AVX2 void int8_rows_avx2(const WeightRef& w, int64_t j0, int64_t j1, int M, const int8_t* qa, int64_t ldq,
-                               const float* sa, int64_t lds, float* out, int64_t ldo) {
-  // The caller checked that the block is 4, 8, 16 or a multiple of 32.
+                               const float* sa, const int32_t* sq, int64_t lds, float* out, int64_t ldo) {
+  // The caller checked the block (avx2_q4_fits, int8_fits in
+  // generic/weight_gemm.cpp): q4, 8, 16, 32 or a multiple of 64, in whole
+  // groups of 8 blocks; q8, 4, 8, 16 or a multiple of 32. Base: the blocks
+  // one chunk covers.
+  if (w.format == WeightFormat::q4) {
+    switch (w.block) {
+      case 8: int8_rows_m<true, 8>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
+      case 16: int8_rows_m<true, 4>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
+      case 32: int8_rows_m<true, 2>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
+      default: int8_rows_m<true, 1>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
+    }
+    return;
+  }
   switch (w.block) {
-    case 4: int8_rows_m<8>(w, j0, j1, M, qa, ldq, sa, lds, out, ldo); break;
-    case 8: int8_rows_m<4>(w, j0, j1, M, qa, ldq, sa, lds, out, ldo); break;
-    case 16: int8_rows_m<2>(w, j0, j1, M, qa, ldq, sa, lds, out, ldo); break;
-    default: int8_rows_m<1>(w, j0, j1, M, qa, ldq, sa, lds, out, ldo); break;
+    case 4: int8_rows_m<false, 8>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
+    case 8: int8_rows_m<false, 4>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
+    case 16: int8_rows_m<false, 2>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
+    default: int8_rows_m<false, 1>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
   }
 }
 
