@@ -329,6 +329,19 @@ MILRT_AVX2 void int8_rows_m(const WeightRef& w, int64_t j0, int64_t j1, int M, c
   }
 }
 
+// The rows of one format, Base (blocks a chunk covers) from the block.
+template <bool Q4>
+MILRT_AVX2 void int8_rows_q(const WeightRef& w, int64_t j0, int64_t j1, int M, const int8_t* qa, int64_t ldq,
+                              const float* sa, const int32_t* sq, int64_t lds, float* out, int64_t ldo) {
+  const int64_t chunk = Int8Row<Q4>::kChunk;
+  switch (w.block < chunk ? chunk / w.block : 1) {
+    case 8: int8_rows_m<Q4, 8>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
+    case 4: int8_rows_m<Q4, 4>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
+    case 2: int8_rows_m<Q4, 2>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
+    default: int8_rows_m<Q4, 1>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
+  }
+}
+
 }  // namespace
 
 MILRT_AVX2 void int8_rows_avx2(const WeightRef& w, int64_t j0, int64_t j1, int M, const int8_t* qa, int64_t ldq,
@@ -337,21 +350,8 @@ MILRT_AVX2 void int8_rows_avx2(const WeightRef& w, int64_t j0, int64_t j1, int M
   // generic/weight_gemm.cpp): q4, 8, 16, 32 or a multiple of 64, in whole
   // groups of 8 blocks; q8, 4, 8, 16 or a multiple of 32. Base: the blocks
   // one chunk covers.
-  if (w.format == WeightFormat::q4) {
-    switch (w.block) {
-      case 8: int8_rows_m<true, 8>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
-      case 16: int8_rows_m<true, 4>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
-      case 32: int8_rows_m<true, 2>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
-      default: int8_rows_m<true, 1>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
-    }
-    return;
-  }
-  switch (w.block) {
-    case 4: int8_rows_m<false, 8>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
-    case 8: int8_rows_m<false, 4>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
-    case 16: int8_rows_m<false, 2>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
-    default: int8_rows_m<false, 1>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo); break;
-  }
+  if (w.format == WeightFormat::q4) int8_rows_q<true>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo);
+  else int8_rows_q<false>(w, j0, j1, M, qa, ldq, sa, sq, lds, out, ldo);
 }
 
 MILRT_AVX2 void weight_rows_avx2(const WeightRef& w, int64_t j0, int64_t j1, int M, const float* a, int64_t lda,
